@@ -1,0 +1,66 @@
+// The README's run command, as processes: the launcher starts all four services, each answers
+// its health and metrics endpoints, and SIGTERM stops everything cleanly.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SERVICE_NAMES } from '../src/platform.js';
+
+const cli = join(dirname(fileURLToPath(import.meta.url)), '..', 'dist', 'cli.js');
+let launcher: ChildProcess;
+const urls = new Map<string, string>();
+
+beforeAll(async () => {
+  launcher = spawn(process.execPath, [cli, 'up', '--ephemeral', '--quiet'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  await new Promise<void>((resolve, reject) => {
+    launcher.once('exit', (code) => reject(new Error(`launcher exited with ${code}`)));
+    createInterface({ input: launcher.stdout as NodeJS.ReadableStream }).on('line', (line) => {
+      const m = /^ {2}(\S+)\s+(http:\/\/\S+)/.exec(line);
+      if (m?.[1] && m[2]) urls.set(m[1], m[2]);
+      if (line.startsWith('Press Ctrl-C')) resolve();
+    });
+  });
+}, 120_000);
+
+afterAll(() => {
+  if (launcher.exitCode === null) launcher.kill('SIGKILL');
+});
+
+describe('local platform', () => {
+  it('prints where each of the four services listens', () => {
+    expect([...urls.keys()].sort()).toEqual([...SERVICE_NAMES].sort());
+  });
+
+  it.each(SERVICE_NAMES)('%s answers /health/live and /metrics', async (name) => {
+    const url = urls.get(name);
+    const live = await fetch(`${url}/health/live`);
+    expect(live.status).toBe(200);
+    expect(await live.json()).toEqual({ status: 'ok' });
+    const metrics = await fetch(`${url}/metrics`);
+    expect(metrics.status).toBe(200);
+    expect(await metrics.text()).toContain(`service="${name}"`);
+  });
+
+  it('reports readiness: services ready, the backend not ready until it has a model', async () => {
+    const statuses: Record<string, number> = {};
+    for (const name of SERVICE_NAMES) statuses[name] = (await fetch(`${urls.get(name)}/health/ready`)).status;
+    expect(statuses).toEqual({
+      'inference-backend': 503,
+      'router-service': 200,
+      'edge-gateway': 200,
+      observability: 200,
+    });
+  });
+
+  it('stops every service on SIGTERM', async () => {
+    const exited = new Promise<number | null>((resolve) => launcher.once('exit', (code) => resolve(code)));
+    launcher.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    for (const name of SERVICE_NAMES) {
+      await expect(fetch(`${urls.get(name)}/health/live`)).rejects.toThrow();
+    }
+  });
+});

@@ -1,0 +1,34 @@
+# Sourced by scripts/strata: finds nvcc for the optional CUDA part of the native addon.
+# STRATA_CUDA=off      build CPU-only, never look for nvcc
+# STRATA_CUDA=auto     use an nvcc that is already there (CUDA_HOME, PATH, /usr/local/cuda, .toolchain)
+# STRATA_CUDA=install  as auto, and if none is found install NVIDIA's CUDA 13 compiler wheels from PyPI
+#                      into .toolchain/cuda (about 270 MB; needs python3 with pip)
+STRATA_CUDA_WHEELS=(nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88
+  nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85)
+
+find_nvcc() {
+  local candidate
+  for candidate in "${CUDA_HOME:+$CUDA_HOME/bin/nvcc}" "$(command -v nvcc || true)" /usr/local/cuda/bin/nvcc \
+    "$toolchain_dir/cuda/nvidia/cu13/bin/nvcc"; do
+    if [ -n "$candidate" ] && [ -x "$candidate" ]; then
+      echo "$candidate"
+      return
+    fi
+  done
+}
+
+# Prints the CUDA toolkit root to build against, or nothing for a CPU-only build.
+resolve_cuda_home() {
+  local mode="${STRATA_CUDA:-auto}" nvcc
+  [ "$mode" = off ] && return
+  nvcc=$(find_nvcc)
+  if [ -z "$nvcc" ] && [ "$mode" = install ]; then
+    command -v python3 >/dev/null || die "STRATA_CUDA=install needs python3 with pip (or set STRATA_CUDA=off)"
+    log "installing the CUDA 13 compiler from PyPI into .toolchain/cuda"
+    python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$toolchain_dir/cuda" \
+      "${STRATA_CUDA_WHEELS[@]}" >&2 || die "pip could not install the CUDA compiler wheels"
+    nvcc=$(find_nvcc)
+  fi
+  [ -n "$nvcc" ] || { [ "$mode" = auto ] && return; die "no nvcc found (STRATA_CUDA=$mode)"; }
+  dirname "$(dirname "$nvcc")"
+}

@@ -1,0 +1,74 @@
+# Sourced by scripts/strata: puts Node 24 and pnpm on PATH, installing them under .toolchain/
+# from the npm registry when the machine's own are missing or too old. Needs only bash, tar
+# and any Node with npm.
+STRATA_NODE_MAJOR=24
+STRATA_NODE_VERSION=24.21.0
+STRATA_PNPM_VERSION=10.34.8
+
+toolchain_dir="$STRATA_ROOT/.toolchain"
+
+log() { printf '\033[1m[strata]\033[0m %s\n' "$*" >&2; }
+die() { printf '\033[1;31m[strata] error:\033[0m %s\n' "$*" >&2; exit 1; }
+
+node_major() { "$1" -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
+
+# npm pack PKG into DIR and unpack it there (as DIR/package); the registry is the only network used.
+fetch_npm_package() {
+  local spec="$1" dest="$2" tmp
+  command -v npm >/dev/null || die "npm is needed once to fetch $spec; install any Node.js with npm"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack "$spec" --silent >/dev/null 2>&1) || die "could not fetch $spec from the npm registry"
+  rm -rf "$dest" && mkdir -p "$dest"
+  tar -xzf "$tmp"/*.tgz -C "$dest" && rm -rf "$tmp"
+}
+
+ensure_node() {
+  local system_node
+  system_node=$(command -v node || true)
+  if [ -n "$system_node" ] && [ "$(node_major "$system_node")" -ge "$STRATA_NODE_MAJOR" ]; then
+    return
+  fi
+  local local_node="$toolchain_dir/node/package/bin/node"
+  if [ ! -x "$local_node" ] || [ "$(node_major "$local_node")" -lt "$STRATA_NODE_MAJOR" ]; then
+    local arch
+    case "$(uname -m)" in
+      x86_64) arch=x64 ;;
+      aarch64 | arm64) arch=arm64 ;;
+      *) die "no Node $STRATA_NODE_MAJOR package for $(uname -m)" ;;
+    esac
+    local seen="missing"
+    [ -n "$system_node" ] && seen=$("$system_node" --version)
+    log "system Node is $seen; installing Node $STRATA_NODE_VERSION (npm package node-linux-$arch) into .toolchain/"
+    fetch_npm_package "node-linux-$arch@$STRATA_NODE_VERSION" "$toolchain_dir/node"
+  fi
+  export PATH="$toolchain_dir/node/package/bin:$PATH"
+}
+
+ensure_pnpm() {
+  local cli="$toolchain_dir/pnpm/package/bin/pnpm.cjs"
+  if [ ! -f "$cli" ] || [ "$(node "$cli" --version 2>/dev/null)" != "$STRATA_PNPM_VERSION" ]; then
+    log "installing pnpm $STRATA_PNPM_VERSION into .toolchain/"
+    fetch_npm_package "pnpm@$STRATA_PNPM_VERSION" "$toolchain_dir/pnpm"
+  fi
+  mkdir -p "$toolchain_dir/bin"
+  printf '#!/usr/bin/env bash\nexec node "%s" "$@"\n' "$cli" >"$toolchain_dir/bin/pnpm"
+  chmod +x "$toolchain_dir/bin/pnpm"
+  export PATH="$toolchain_dir/bin:$PATH"
+}
+
+# A C++ compiler and cmake build the native engine; on a bare Debian/Ubuntu machine (as root)
+# they come from the distribution, elsewhere the message says what to install.
+ensure_native_tools() {
+  local missing=()
+  command -v cmake >/dev/null || missing+=(cmake)
+  command -v c++ >/dev/null || missing+=(g++)
+  command -v make >/dev/null || command -v ninja >/dev/null || missing+=(make)
+  [ ${#missing[@]} -eq 0 ] && return
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing ${missing[*]} from the distribution's packages"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null ||
+      die "apt-get could not install ${missing[*]}"
+  else
+    die "the native engine needs ${missing[*]}: install them (e.g. sudo apt-get install ${missing[*]})"
+  fi
+}

@@ -1,0 +1,71 @@
+// Sums every suite's report into one table and the final line "N passed, N failed".
+// Reports: vitest JSON (reports/vitest.json) and ctest JUnit (reports/ctest.xml) per package.
+// A package with a test script but no report counts as a failed suite: a crash is not a pass.
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const root = new URL('..', import.meta.url).pathname;
+const packages = [
+  ...readdirSync(join(root, 'services')).map((d) => join('services', d)),
+  'load-testing',
+].filter((dir) => existsSync(join(root, dir, 'package.json')));
+
+function vitestCounts(file) {
+  const r = JSON.parse(readFileSync(file, 'utf8'));
+  // A file that failed to load has no tests but counts as failed.
+  const brokenFiles = r.testResults.filter(
+    (t) => t.status === 'failed' && t.assertionResults.length === 0,
+  ).length;
+  return {
+    passed: r.numPassedTests,
+    failed: r.numFailedTests + brokenFiles,
+    skipped: r.numPendingTests + r.numTodoTests,
+  };
+}
+
+function junitCounts(file) {
+  const xml = readFileSync(file, 'utf8');
+  const attr = (name) => Number(new RegExp(`<testsuite[^>]*\\s${name}="(\\d+)"`).exec(xml)?.[1] ?? 0);
+  const failed = attr('failures') + attr('errors');
+  const skipped = attr('skipped') + attr('disabled');
+  return { passed: attr('tests') - failed - skipped, failed, skipped };
+}
+
+const rows = [];
+for (const dir of packages) {
+  const pkg = JSON.parse(readFileSync(join(root, dir, 'package.json'), 'utf8'));
+  if (!pkg.scripts?.test) continue;
+  const reports = [
+    ['vitest', join(root, dir, 'reports', 'vitest.json'), vitestCounts],
+    ['ctest', join(root, dir, 'reports', 'ctest.xml'), junitCounts],
+  ].filter(([, file]) => existsSync(file));
+  if (reports.length === 0) {
+    rows.push({
+      suite: `${pkg.name} (no report: the suite did not run to the end)`,
+      passed: 0,
+      failed: 1,
+      skipped: 0,
+    });
+  }
+  for (const [kind, file, count] of reports) rows.push({ suite: `${pkg.name} ${kind}`, ...count(file) });
+}
+
+const total = rows.reduce(
+  (t, r) => ({ passed: t.passed + r.passed, failed: t.failed + r.failed, skipped: t.skipped + r.skipped }),
+  {
+    passed: 0,
+    failed: 0,
+    skipped: 0,
+  },
+);
+const width = Math.max(...rows.map((r) => r.suite.length));
+console.log(`\n${'suite'.padEnd(width)}  passed  failed  skipped`);
+for (const r of rows) {
+  console.log(
+    `${r.suite.padEnd(width)}  ${String(r.passed).padStart(6)}  ${String(r.failed).padStart(6)}  ${String(r.skipped).padStart(7)}`,
+  );
+}
+console.log(
+  `${total.passed} passed, ${total.failed} failed${total.skipped ? `, ${total.skipped} skipped` : ''}`,
+);
+process.exit(total.failed > 0 || total.passed === 0 ? 1 : 0);

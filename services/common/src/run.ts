@@ -1,0 +1,86 @@
+// Starts a service process: load config, build the app, listen, announce where, and wire
+// SIGTERM to a draining shutdown.
+import type { FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
+import type { z } from 'zod';
+import { type BaseServiceConfig, ConfigError, type EnvMap, loadConfig } from './config.js';
+import { createLogger } from './logger.js';
+import { createMetrics, type ServiceMetrics } from './metrics.js';
+import { Readiness } from './readiness.js';
+import { createShutdown, exitOnSignals } from './shutdown.js';
+import { startTelemetry, type Telemetry } from './telemetry.js';
+
+export interface RunOptions {
+  app: FastifyInstance;
+  logger: Logger;
+  telemetry: Telemetry;
+  host: string;
+  port: number;
+  drainTimeoutMs: number;
+  cleanup?: () => Promise<void>;
+}
+
+export async function runService(options: RunOptions): Promise<string> {
+  const { app, logger, telemetry } = options;
+  const shutdown = createShutdown({
+    app,
+    readiness: app.readiness,
+    logger,
+    drainTimeoutMs: options.drainTimeoutMs,
+    cleanup: async () => {
+      await options.cleanup?.();
+      await telemetry.shutdown();
+    },
+  });
+  exitOnSignals(shutdown, logger);
+  const address = await app.listen({ host: options.host, port: options.port });
+  // A machine-readable line: the local launcher and tests read the bound port from it.
+  logger.info({ address, tracing: telemetry.enabled }, 'listening');
+  return address;
+}
+
+export interface BootContext<C> {
+  config: C;
+  logger: Logger;
+  metrics: ServiceMetrics;
+  readiness: Readiness;
+  telemetry: Telemetry;
+}
+
+export interface BootOptions<S extends z.ZodType<BaseServiceConfig>> {
+  name: string;
+  schema: S;
+  envMap: EnvMap;
+  /** Environment variable naming the service's YAML config file. */
+  fileEnv: string;
+  build: (ctx: BootContext<z.output<S>>) => Promise<FastifyInstance> | FastifyInstance;
+  cleanup?: () => Promise<void>;
+}
+
+/** The whole start-up of a service process: config → logger, metrics, tracing → app → listen. */
+export async function bootService<S extends z.ZodType<BaseServiceConfig>>(
+  options: BootOptions<S>,
+): Promise<void> {
+  let config: z.output<S>;
+  try {
+    config = loadConfig({ schema: options.schema, envMap: options.envMap, fileEnv: options.fileEnv });
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    process.stderr.write(`${options.name}: ${err.message}\n`);
+    process.exit(2);
+  }
+  const logger = createLogger({ service: options.name, level: config.logLevel });
+  const metrics = createMetrics(options.name);
+  const readiness = new Readiness();
+  const telemetry = startTelemetry({ serviceName: options.name, endpoint: config.otlpEndpoint });
+  const app = await options.build({ config, logger, metrics, readiness, telemetry });
+  await runService({
+    app,
+    logger,
+    telemetry,
+    host: config.host,
+    port: config.port,
+    drainTimeoutMs: config.drainTimeoutMs,
+    ...(options.cleanup ? { cleanup: options.cleanup } : {}),
+  });
+}

@@ -1,0 +1,151 @@
+// The base every Strata service is built on: a Fastify 5 app with request ids, structured
+// request logs, catalogue errors, /health/live, /health/ready and /metrics. Services register
+// their own routes on top as plugins.
+import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
+import { errorBodyJsonSchema, StrataError } from './errors.js';
+import { HEADERS, parseTraceparent, requestIdFrom } from './headers.js';
+import type { ServiceMetrics } from './metrics.js';
+import { Readiness } from './readiness.js';
+
+export interface ServiceAppOptions {
+  name: string;
+  logger: Logger;
+  metrics: ServiceMetrics;
+  readiness?: Readiness;
+  /** Largest accepted request body, in bytes. */
+  bodyLimit?: number;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    readiness: Readiness;
+    metrics: ServiceMetrics;
+  }
+}
+
+const readinessSchema = {
+  type: 'object',
+  required: ['ready', 'draining', 'checks'],
+  properties: {
+    ready: { type: 'boolean' },
+    draining: { type: 'boolean' },
+    checks: {
+      type: 'object',
+      additionalProperties: {
+        type: 'object',
+        required: ['ok'],
+        properties: { ok: { type: 'boolean' }, detail: { type: 'string' } },
+      },
+    },
+  },
+} as const;
+
+// Fastify's own errors (bad JSON, body too large, wrong content type) mapped to the catalogue.
+function toStrataError(err: FastifyError): StrataError {
+  if (err instanceof StrataError) return err;
+  if (err.validation) return new StrataError('STRATA_INVALID_REQUEST', err.message);
+  switch (err.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new StrataError('STRATA_BODY_TOO_LARGE', err.message);
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return new StrataError('STRATA_UNSUPPORTED_MEDIA_TYPE', err.message);
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+      return new StrataError('STRATA_INVALID_JSON', err.message);
+  }
+  if (err instanceof SyntaxError) return new StrataError('STRATA_INVALID_JSON', err.message);
+  if (err.statusCode === 413) return new StrataError('STRATA_BODY_TOO_LARGE');
+  if (err.statusCode === 415) return new StrataError('STRATA_UNSUPPORTED_MEDIA_TYPE');
+  if (err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500) {
+    return new StrataError('STRATA_INVALID_REQUEST', err.message);
+  }
+  // Unknown failures never leak internals to the client; the log keeps the detail.
+  return new StrataError('STRATA_INTERNAL');
+}
+
+export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
+  const readiness = options.readiness ?? new Readiness();
+  const app = Fastify({
+    // pino's Logger is a FastifyBaseLogger; the cast keeps the app's type the default one.
+    loggerInstance: options.logger as FastifyBaseLogger,
+    genReqId: (req) => requestIdFrom(req.headers),
+    requestIdLogLabel: 'request_id',
+    disableRequestLogging: true,
+    bodyLimit: options.bodyLimit ?? 1024 * 1024,
+    return503OnClosing: true,
+  });
+  app.decorate('readiness', readiness);
+  app.decorate('metrics', options.metrics);
+
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header(HEADERS.requestId, request.id);
+    const traceId = parseTraceparent(request.headers[HEADERS.traceparent])?.traceId;
+    if (traceId) request.log = request.log.child({ trace_id: traceId });
+  });
+
+  app.addHook('onResponse', async (request, reply) => {
+    const route = request.routeOptions.url ?? 'unmatched';
+    const labels = { method: request.method, route, status: String(reply.statusCode) };
+    const seconds = reply.elapsedTime / 1000;
+    options.metrics.httpRequests.inc(labels);
+    options.metrics.httpDuration.observe(labels, seconds);
+    if (!route.startsWith('/health') && route !== '/metrics') {
+      request.log.info(
+        {
+          method: request.method,
+          url: request.url,
+          status: reply.statusCode,
+          duration_ms: reply.elapsedTime,
+        },
+        'request completed',
+      );
+    }
+  });
+
+  app.setErrorHandler((err: FastifyError, request, reply) => {
+    const strataError = toStrataError(err);
+    if (strataError.statusCode >= 500) request.log.error({ err }, 'request failed');
+    else request.log.info({ code: strataError.code, message: strataError.message }, 'request rejected');
+    return reply.code(strataError.statusCode).send(strataError.toBody());
+  });
+
+  app.setNotFoundHandler((request, reply) => {
+    const err = new StrataError(
+      'STRATA_NOT_FOUND',
+      `No route ${request.method} ${request.url.split('?')[0]}.`,
+    );
+    return reply.code(err.statusCode).send(err.toBody());
+  });
+
+  app.get(
+    '/health/live',
+    {
+      schema: {
+        response: { 200: { type: 'object', required: ['status'], properties: { status: { const: 'ok' } } } },
+      },
+    },
+    async () => ({ status: 'ok' as const }),
+  );
+
+  app.get(
+    '/health/ready',
+    { schema: { response: { 200: readinessSchema, 503: readinessSchema } } },
+    async (_request, reply) => {
+      const report = readiness.report();
+      return reply.code(report.ready ? 200 : 503).send(report);
+    },
+  );
+
+  app.get(
+    '/metrics',
+    { schema: { response: { 200: { type: 'string' }, 500: errorBodyJsonSchema } } },
+    async (_request, reply) => {
+      const body = await options.metrics.registry.metrics();
+      return reply.type(options.metrics.registry.contentType).send(body);
+    },
+  );
+
+  return app;
+}

@@ -1,0 +1,150 @@
+import { Writable } from 'node:stream';
+import { describe, expect, it } from 'vitest';
+import { StrataError } from '../src/errors.js';
+import { createLogger } from '../src/logger.js';
+import { createMetrics } from '../src/metrics.js';
+import { createServiceApp } from '../src/service.js';
+
+function build() {
+  const lines: string[] = [];
+  const logger = createLogger({
+    service: 'test-service',
+    destination: new Writable({
+      write(chunk, _e, done) {
+        lines.push(String(chunk));
+        done();
+      },
+    }),
+  });
+  const app = createServiceApp({
+    name: 'test-service',
+    logger,
+    metrics: createMetrics('test-service', { defaultMetrics: false }),
+    bodyLimit: 64,
+  });
+  app.post('/echo', async (request) => request.body);
+  app.get('/boom', async () => {
+    throw new Error('database password is hunter2');
+  });
+  app.get('/busy', async () => {
+    throw new StrataError('STRATA_QUEUE_FULL', 'queue holds 10 requests; retry later');
+  });
+  app.get(
+    '/typed',
+    { schema: { querystring: { type: 'object', properties: { n: { type: 'integer' } } } } },
+    async () => ({}),
+  );
+  return { app, lines };
+}
+
+describe('service base', () => {
+  it('answers liveness and readiness, with the failing check named', async () => {
+    const { app } = build();
+    expect((await app.inject('/health/live')).json()).toEqual({ status: 'ok' });
+    let res = await app.inject('/health/ready');
+    expect(res.statusCode).toBe(200);
+    expect(res.json()).toEqual({ ready: true, draining: false, checks: {} });
+    app.readiness.set('model_loaded', false, 'loading weights');
+    res = await app.inject('/health/ready');
+    expect(res.statusCode).toBe(503);
+    expect(res.json()).toEqual({
+      ready: false,
+      draining: false,
+      checks: { model_loaded: { ok: false, detail: 'loading weights' } },
+    });
+  });
+
+  it('serves Prometheus text that counts requests by route template', async () => {
+    const { app } = build();
+    await app.inject('/health/live');
+    await app.inject('/nope');
+    const res = await app.inject('/metrics');
+    expect(res.statusCode).toBe(200);
+    expect(res.headers['content-type']).toMatch(/^text\/plain; version=0\.0\.4/);
+    expect(res.body).toContain(
+      'strata_http_requests_total{method="GET",route="/health/live",status="200",service="test-service"} 1',
+    );
+    expect(res.body).toContain(
+      'strata_http_requests_total{method="GET",route="unmatched",status="404",service="test-service"} 1',
+    );
+  });
+
+  it('echoes a client request id and makes one when absent', async () => {
+    const { app } = build();
+    expect(
+      (await app.inject({ url: '/health/live', headers: { 'x-request-id': 'req-42' } })).headers[
+        'x-request-id'
+      ],
+    ).toBe('req-42');
+    expect((await app.inject('/health/live')).headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+  });
+
+  it('maps every kind of bad request to a catalogue error', async () => {
+    const { app } = build();
+    const cases = [
+      [{ method: 'GET', url: '/missing' }, 404, 'STRATA_NOT_FOUND'],
+      [
+        { method: 'POST', url: '/echo', payload: '{"a":', headers: { 'content-type': 'application/json' } },
+        400,
+        'STRATA_INVALID_JSON',
+      ],
+      [
+        {
+          method: 'POST',
+          url: '/echo',
+          payload: JSON.stringify({ a: 'x'.repeat(100) }),
+          headers: { 'content-type': 'application/json' },
+        },
+        413,
+        'STRATA_BODY_TOO_LARGE',
+      ],
+      [
+        {
+          method: 'POST',
+          url: '/echo',
+          payload: 'hi',
+          headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        },
+        415,
+        'STRATA_UNSUPPORTED_MEDIA_TYPE',
+      ],
+      [{ method: 'GET', url: '/typed?n=abc' }, 400, 'STRATA_INVALID_REQUEST'],
+      [{ method: 'GET', url: '/busy' }, 429, 'STRATA_QUEUE_FULL'],
+    ] as const;
+    for (const [req, status, code] of cases) {
+      const res = await app.inject(req);
+      expect([req.url, res.statusCode]).toEqual([req.url, status]);
+      expect(res.json().error.code).toBe(code);
+      expect(res.json().error.message.length).toBeGreaterThan(0);
+    }
+    expect((await app.inject('/busy')).json().error.message).toBe('queue holds 10 requests; retry later');
+    expect((await app.inject('/typed?n=abc')).json().error.message).toContain(
+      'querystring/n must be integer',
+    );
+  });
+
+  it('hides internal failures from the client but logs them with the request id', async () => {
+    const { app, lines } = build();
+    const res = await app.inject({ url: '/boom', headers: { 'x-request-id': 'r-boom' } });
+    expect(res.statusCode).toBe(500);
+    expect(res.json()).toEqual({
+      error: { code: 'STRATA_INTERNAL', message: 'Internal error.', type: 'internal' },
+    });
+    const logged = lines.map((l) => JSON.parse(l)).find((l) => l.msg === 'request failed');
+    expect(logged).toMatchObject({ request_id: 'r-boom', level: 'error', service: 'test-service' });
+    expect(logged.err.message).toBe('database password is hunter2');
+  });
+
+  it('binds the trace id of an incoming traceparent to request logs', async () => {
+    const { app, lines } = build();
+    await app.inject({
+      url: '/busy',
+      headers: {
+        traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
+        'x-request-id': 'r-t',
+      },
+    });
+    const logged = lines.map((l) => JSON.parse(l)).find((l) => l.msg === 'request rejected');
+    expect(logged).toMatchObject({ request_id: 'r-t', trace_id: '4bf92f3577b34da6a3ce929d0e0e4736' });
+  });
+});

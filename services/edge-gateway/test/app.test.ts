@@ -1,0 +1,23 @@
+import { createLogger, createMetrics, loadConfig, Readiness } from '@strata/common';
+import { describe, expect, it } from 'vitest';
+import { buildApp } from '../src/app.js';
+import { CONFIG_FILE_ENV, configEnv, configSchema } from '../src/config.js';
+
+describe('edge-gateway app', () => {
+  it('defaults to port 8080 and reads STRATA_EDGE_CONFIG', () => {
+    expect(loadConfig({ schema: configSchema, envMap: configEnv, env: {} }).port).toBe(8080);
+    expect(CONFIG_FILE_ENV).toBe('STRATA_EDGE_CONFIG');
+  });
+
+  it('is live, ready until draining, and labels its metrics', async () => {
+    const config = loadConfig({ schema: configSchema, envMap: configEnv, env: {} });
+    const logger = createLogger({ service: 'edge-gateway', level: 'silent' });
+    const readiness = new Readiness();
+    const app = buildApp({ config, logger, metrics: createMetrics('edge-gateway'), readiness });
+    expect((await app.inject('/health/live')).statusCode).toBe(200);
+    expect((await app.inject('/health/ready')).statusCode).toBe(200);
+    readiness.startDraining();
+    expect((await app.inject('/health/ready')).json()).toEqual({ ready: false, draining: true, checks: {} });
+    expect((await app.inject('/metrics')).body).toContain('service="edge-gateway"');
+  });
+});

@@ -1,0 +1,8 @@
+import { baseServiceEnv, baseServiceSchema, configFields, type EnvMap } from '@strata/common';
+import type { z } from 'zod';
+
+export const configSchema = baseServiceSchema.extend({ port: configFields.port(8000) });
+export type Config = z.output<typeof configSchema>;
+export const configEnv: EnvMap = { ...baseServiceEnv };
+/** Environment variable naming an optional YAML config file. */
+export const CONFIG_FILE_ENV = 'STRATA_BACKEND_CONFIG';
