@@ -1,7 +1,7 @@
 // The base every Strata service is built on: a Fastify 5 app with request ids, structured
 // request logs, catalogue errors, /health/live, /health/ready and /metrics. Services register
 // their own routes on top as plugins.
-import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, LogController } from 'fastify';
 import type { Logger } from 'pino';
 import { errorBodyJsonSchema, StrataError } from './errors.js';
 import { HEADERS, parseTraceparent, requestIdFrom } from './headers.js';
@@ -71,8 +71,8 @@ export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
     // pino's Logger is a FastifyBaseLogger; the cast keeps the app's type the default one.
     loggerInstance: options.logger as FastifyBaseLogger,
     genReqId: (req) => requestIdFrom(req.headers),
-    requestIdLogLabel: 'request_id',
-    disableRequestLogging: true,
+    // Fastify's per-request lines are replaced by one 'request completed' line (onResponse).
+    logController: new LogController({ requestIdLogLabel: 'request_id', disableRequestLogging: true }),
     bodyLimit: options.bodyLimit ?? 1024 * 1024,
     return503OnClosing: true,
   });
