@@ -16,20 +16,16 @@ const { values } = parseArgs({
 });
 const cudaHome = values['cpu-only'] ? '' : (process.env.STRATA_CUDA_HOME ?? '');
 const cmakeJs = join(root, 'node_modules', 'cmake-js', 'bin', 'cmake-js');
-const args = [
-  cmakeJs,
-  'compile',
-  '--directory',
-  root,
-  '--out',
-  resolve(values.out),
-  '--config',
-  'Release',
-  `--CDSTRATA_CUDA_HOME=${cudaHome}`,
-];
+// Configure every time: `cmake-js compile` alone would keep a build dir's old cache, e.g. a
+// CPU-only configuration after STRATA_CUDA_HOME was set. An unchanged reconfigure takes ~1 s.
+const common = ['--directory', root, '--out', resolve(values.out), '--config', 'Release'];
 console.log(`[build-native] ${cudaHome ? `CUDA build with ${cudaHome}` : 'CPU-only build'} -> ${values.out}`);
-const result = spawnSync(process.execPath, args, {
-  stdio: 'inherit',
-  env: { ...process.env, CMAKE_BUILD_PARALLEL_LEVEL: String(availableParallelism()) },
-});
-process.exit(result.status ?? 1);
+let result;
+for (const step of [['configure', ...common, `--CDSTRATA_CUDA_HOME=${cudaHome}`], ['build', ...common]]) {
+  result = spawnSync(process.execPath, [cmakeJs, ...step], {
+    stdio: 'inherit',
+    env: { ...process.env, CMAKE_BUILD_PARALLEL_LEVEL: String(availableParallelism()) },
+  });
+  if (result.status !== 0) break;
+}
+process.exit(result?.status ?? 1);
