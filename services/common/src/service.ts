@@ -1,7 +1,12 @@
 // The base every Strata service is built on: a Fastify 5 app with request ids, structured
 // request logs, catalogue errors, /health/live, /health/ready and /metrics. Services register
 // their own routes on top as plugins.
-import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, LogController } from 'fastify';
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyError,
+  type FastifyInstance,
+  LogController,
+} from 'fastify';
 import type { Logger } from 'pino';
 import { errorBodyJsonSchema, StrataError } from './errors.js';
 import { HEADERS, parseTraceparent, requestIdFrom } from './headers.js';

@@ -21,7 +21,10 @@ const cmakeJs = join(root, 'node_modules', 'cmake-js', 'bin', 'cmake-js');
 const common = ['--directory', root, '--out', resolve(values.out), '--config', 'Release'];
 console.log(`[build-native] ${cudaHome ? `CUDA build with ${cudaHome}` : 'CPU-only build'} -> ${values.out}`);
 let result;
-for (const step of [['configure', ...common, `--CDSTRATA_CUDA_HOME=${cudaHome}`], ['build', ...common]]) {
+for (const step of [
+  ['configure', ...common, `--CDSTRATA_CUDA_HOME=${cudaHome}`],
+  ['build', ...common],
+]) {
   result = spawnSync(process.execPath, [cmakeJs, ...step], {
     stdio: 'inherit',
     env: { ...process.env, CMAKE_BUILD_PARALLEL_LEVEL: String(availableParallelism()) },
