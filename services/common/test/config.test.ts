@@ -1,7 +1,7 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { baseServiceEnv, baseServiceSchema, ConfigError, configFields, loadConfig } from '../src/config.js';
 
@@ -12,8 +12,15 @@ const schema = baseServiceSchema.extend({
 });
 const envMap = { ...baseServiceEnv, 'redis.url': 'REDIS_URL', 'redis.enabled': 'STRATA_REDIS_ENABLED' };
 
+const tempDirs: string[] = [];
+afterAll(() => {
+  for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
+});
+
 function yamlFile(text: string): string {
-  const file = join(mkdtempSync(join(tmpdir(), 'strata-config-')), 'config.yaml');
+  const dir = mkdtempSync(join(tmpdir(), 'strata-config-'));
+  tempDirs.push(dir);
+  const file = join(dir, 'config.yaml');
   writeFileSync(file, text);
   return file;
 }
