@@ -1,0 +1,150 @@
+// The engine loop: step() = schedule -> backend forward -> postprocess (sample, append, stop).
+// step() runs on one engine thread; submit(), abort(), stats() and wake() may be called from
+// any thread (Node's) while it runs: commands wait in an inbox that step() drains first, so
+// an abort frees its blocks within one step.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "strata/block_manager.h"
+#include "strata/model_backend.h"
+#include "strata/sampler.h"
+#include "strata/scheduler.h"
+#include "strata/sequence.h"
+
+namespace strata {
+
+struct EngineConfig {
+  int32_t num_blocks = 0;  // KV pool size; the caller derives it from free memory x utilisation
+  int32_t block_size = 16;               // tokens per KV block
+  int32_t max_num_batched_tokens = 2048;
+  int32_t max_num_seqs = 256;
+  int32_t max_model_len = 0;             // 0 = the model's max_position_embeddings
+};
+
+inline constexpr int32_t kMinPriority = -100;
+inline constexpr int32_t kMaxPriority = 100;
+
+struct Request {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  int32_t priority = 0;      // lower = more urgent
+  uint64_t tenant_salt = 0;  // requests share prefix-cache blocks only with an equal salt
+};
+
+struct TokenEvent {
+  uint64_t request_id;
+  int32_t token;
+  FinishReason finish_reason;  // kNone while the request continues; the stop/eos token is included
+  bool has_logprob;            // params.logprobs >= 0
+  float logprob;
+  int32_t top_offset;          // top-n logprobs: StepOutput::top_logprobs[top_offset, +top_count)
+  int32_t top_count;
+};
+
+struct FinishedRequest {
+  uint64_t request_id;
+  FinishReason reason;  // kAbort or kTimeout
+};
+
+// Each request finishes exactly once: in a TokenEvent with a finish_reason, or in `aborted`.
+struct StepOutput {
+  std::vector<TokenEvent> tokens;
+  std::vector<TokenLogprob> top_logprobs;
+  std::vector<FinishedRequest> aborted;
+};
+
+struct EngineStats {
+  int32_t num_waiting = 0;  // includes preempted, and submitted but not yet drained
+  int32_t num_running = 0;
+  int32_t kv_blocks_total = 0;
+  int32_t kv_blocks_free = 0;
+  int32_t kv_blocks_used = 0;
+  int32_t kv_blocks_cached = 0;
+  double kv_usage = 0.0;  // used / total
+  int64_t num_preemptions = 0;
+  int64_t prefix_cache_queries = 0;  // tokens
+  int64_t prefix_cache_hits = 0;     // tokens
+  int64_t num_steps = 0;
+  int64_t finished_stop = 0;
+  int64_t finished_length = 0;
+  int64_t finished_abort = 0;
+  int64_t finished_timeout = 0;
+};
+
+class Engine {
+ public:
+  // Throws EngineError: STRATA_INVALID_CONFIG for a bad setting, STRATA_KV_CAPACITY when
+  // one max_model_len sequence cannot fit in num_blocks (the message says what fits).
+  // Calls backend.allocate_kv(num_blocks, block_size).
+  Engine(ModelBackend& backend, const EngineConfig& config);
+
+  // Any thread. Validates now (throws EngineError); the request joins at the next step.
+  void submit(Request request);
+  // Any thread. reason is kAbort or kTimeout. False when the id is not live (unknown or
+  // already reported finished); the request then finishes, or has finished, the other way.
+  bool abort(uint64_t request_id, FinishReason reason = FinishReason::kAbort);
+  // Any thread. Snapshot as of the end of the last step.
+  EngineStats stats() const;
+  // Engine thread: true at once when there is work, else sleeps until a submit, an abort,
+  // wake() or the timeout; returns whether there is work now.
+  bool wait_for_work(std::chrono::milliseconds timeout);
+  // Any thread: ends a wait_for_work early (e.g. to shut the loop down).
+  void wake();
+
+  // Engine thread. An exception from the backend propagates and leaves the engine unusable
+  // (blocks may be mid-copy): the caller fails every live request.
+  StepOutput step();
+  // Work left: running or waiting sequences, or commands not yet drained.
+  bool has_unfinished() const;
+  const EngineConfig& config() const { return config_; }
+  const BlockManager& block_manager() const { return blocks_; }
+
+ private:
+  struct Command {
+    bool is_abort;
+    Request request;  // submit
+    uint64_t id;      // abort
+    FinishReason reason;
+  };
+
+  void drain_inbox(StepOutput& out);
+  void postprocess(const ScheduledStep& step, StepOutput& out);
+  FinishReason stop_reason(const Sequence& seq, int32_t token) const;
+  void count_finished(FinishReason reason);
+  void publish(const StepOutput& out);
+
+  ModelBackend& backend_;
+  const EngineConfig config_;
+  const int32_t vocab_size_;
+  BlockManager blocks_;
+  Scheduler scheduler_;
+  Sampler sampler_;
+
+  // Engine thread only.
+  std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
+  std::vector<Command> draining_;
+  std::vector<float> logits_;  // (rows, vocab_size); grows to the largest step seen
+  SampleResult sample_;
+  std::mt19937_64 seed_source_;  // seeds requests that bring no seed
+  uint64_t next_arrival_ = 0;
+  EngineStats counters_;         // finished_* and num_steps accumulate here
+
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  std::vector<Command> inbox_;
+  std::unordered_set<uint64_t> live_ids_;  // submitted and not yet reported finished
+  bool woken_ = false;
+  EngineStats stats_;
+};
+
+}  // namespace strata

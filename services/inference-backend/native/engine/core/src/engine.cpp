@@ -1,0 +1,231 @@
+#include "strata/engine.h"
+
+#include <algorithm>
+#include <string>
+
+#include "strata/errors.h"
+
+namespace strata {
+namespace {
+
+EngineConfig checked(EngineConfig c, const ModelConfig& model) {
+  auto bad = [](const std::string& what) { throw EngineError(errc::kInvalidConfig, what); };
+  if (model.vocab_size < 1) bad("model vocab_size must be >= 1, got " + std::to_string(model.vocab_size));
+  if (c.block_size < 1) bad("block_size must be >= 1, got " + std::to_string(c.block_size));
+  if (c.num_blocks < 1) bad("num_blocks must be >= 1, got " + std::to_string(c.num_blocks));
+  if (c.max_num_seqs < 1) bad("max_num_seqs must be >= 1, got " + std::to_string(c.max_num_seqs));
+  if (c.max_num_batched_tokens < 1) {
+    bad("max_num_batched_tokens must be >= 1, got " + std::to_string(c.max_num_batched_tokens));
+  }
+  if (c.max_model_len == 0) c.max_model_len = model.max_position_embeddings;
+  if (c.max_model_len < 2) bad("max_model_len must be >= 2, got " + std::to_string(c.max_model_len));
+  if (model.max_position_embeddings > 0 && c.max_model_len > model.max_position_embeddings) {
+    bad("max_model_len " + std::to_string(c.max_model_len) + " exceeds the model's max_position_embeddings " +
+        std::to_string(model.max_position_embeddings));
+  }
+  const int64_t needed = (static_cast<int64_t>(c.max_model_len) + c.block_size - 1) / c.block_size;
+  if (needed > c.num_blocks) {
+    const int64_t fits = static_cast<int64_t>(c.num_blocks) * c.block_size;
+    throw EngineError(errc::kKvCapacity,
+                      "max_model_len " + std::to_string(c.max_model_len) + " needs " + std::to_string(needed) +
+                          " KV blocks of " + std::to_string(c.block_size) + " tokens, but the pool has " +
+                          std::to_string(c.num_blocks) + " blocks (" + std::to_string(fits) +
+                          " tokens); set max_model_len <= " + std::to_string(fits) +
+                          " or give the KV cache more memory");
+  }
+  return c;
+}
+
+}  // namespace
+
+Engine::Engine(ModelBackend& backend, const EngineConfig& config)
+    : backend_(backend),
+      config_(checked(config, backend.config())),
+      vocab_size_(backend.config().vocab_size),
+      blocks_(config_.num_blocks, config_.block_size),
+      scheduler_({config_.max_num_batched_tokens, config_.max_num_seqs, config_.max_model_len}, blocks_),
+      sampler_(vocab_size_, backend.config().eos_token_ids),
+      seed_source_(std::random_device{}()) {
+  backend_.allocate_kv(config_.num_blocks, config_.block_size);
+  publish(StepOutput{});
+}
+
+void Engine::submit(Request request) {
+  validate(request.params, vocab_size_);
+  // The scheduler keeps a queue per priority value it has seen, so the range stays small.
+  if (request.priority < kMinPriority || request.priority > kMaxPriority) {
+    throw EngineError(errc::kInvalidParam, "priority must be in [" + std::to_string(kMinPriority) + ", " +
+                                               std::to_string(kMaxPriority) + "], got " + std::to_string(request.priority));
+  }
+  scheduler_.check_admissible(static_cast<int32_t>(request.prompt.size()), request.params.max_tokens);
+  for (size_t i = 0; i < request.prompt.size(); ++i) {
+    const int32_t t = request.prompt[i];
+    if (t < 0 || t >= vocab_size_) {
+      throw EngineError(errc::kInvalidParam, "prompt[" + std::to_string(i) + "] must be in [0, vocab_size=" +
+                                                 std::to_string(vocab_size_) + "), got " + std::to_string(t));
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (!live_ids_.insert(request.id).second) {
+      throw EngineError(errc::kDuplicateRequest, "request id " + std::to_string(request.id) + " is already running");
+    }
+    const uint64_t id = request.id;
+    inbox_.push_back({false, std::move(request), id, FinishReason::kNone});
+  }
+  cv_.notify_one();
+}
+
+bool Engine::abort(uint64_t request_id, FinishReason reason) {
+  if (reason != FinishReason::kAbort && reason != FinishReason::kTimeout) {
+    throw EngineError(errc::kInvalidParam, "abort reason must be abort or timeout");
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (!live_ids_.contains(request_id)) return false;
+    inbox_.push_back({true, {}, request_id, reason});
+  }
+  cv_.notify_one();
+  return true;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+bool Engine::has_unfinished() const {
+  if (scheduler_.has_unfinished()) return true;
+  std::lock_guard lock(mu_);
+  return !inbox_.empty();
+}
+
+bool Engine::wait_for_work(std::chrono::milliseconds timeout) {
+  if (scheduler_.has_unfinished()) return true;
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return !inbox_.empty() || woken_; });
+  woken_ = false;
+  return !inbox_.empty();
+}
+
+void Engine::wake() {
+  {
+    std::lock_guard lock(mu_);
+    woken_ = true;
+  }
+  cv_.notify_one();
+}
+
+StepOutput Engine::step() {
+  StepOutput out;
+  drain_inbox(out);
+  const ScheduledStep& step = scheduler_.schedule();
+  if (!step.seqs.empty()) {
+    for (const CopyRequest& c : step.copies) backend_.copy_block(c.src, c.dst);
+    const size_t rows = static_cast<size_t>(step.num_logits) * static_cast<size_t>(vocab_size_);
+    if (logits_.size() < rows) logits_.resize(rows);
+    backend_.forward(step.batch, logits_.data());
+    scheduler_.on_forward_done();
+    postprocess(step, out);
+  }
+  ++counters_.num_steps;
+  publish(out);
+  return out;
+}
+
+void Engine::drain_inbox(StepOutput& out) {
+  {
+    std::lock_guard lock(mu_);
+    draining_.swap(inbox_);
+  }
+  for (Command& c : draining_) {
+    if (c.is_abort) {
+      const auto it = seqs_.find(c.id);
+      if (it == seqs_.end()) continue;  // finished first, in an earlier step
+      scheduler_.abort(*it->second, c.reason);
+      out.aborted.push_back({c.id, c.reason});
+      count_finished(c.reason);
+      seqs_.erase(it);
+      continue;
+    }
+    Request& r = c.request;
+    auto seq = std::make_unique<Sequence>(r.id, std::move(r.prompt), std::move(r.params));
+    if (!seq->params.seed) seq->rng = Rng(seed_source_());
+    seq->priority = r.priority;
+    seq->tenant_salt = r.tenant_salt;
+    seq->arrival = next_arrival_++;
+    scheduler_.add(*seq);
+    seqs_.emplace(r.id, std::move(seq));
+  }
+  draining_.clear();
+}
+
+void Engine::postprocess(const ScheduledStep& step, StepOutput& out) {
+  int32_t row = 0;
+  for (size_t i = 0; i < step.seqs.size(); ++i) {
+    if (!step.batch.seqs[i].want_logits) continue;
+    Sequence& seq = *step.seqs[i];
+    float* logits = logits_.data() + static_cast<size_t>(row++) * static_cast<size_t>(vocab_size_);
+    sampler_.sample(seq, logits, sample_);
+    seq.append_token(sample_.token);
+    const FinishReason reason = stop_reason(seq, sample_.token);
+
+    TokenEvent ev{seq.request_id, sample_.token, reason, seq.params.logprobs >= 0, sample_.logprob,
+                  static_cast<int32_t>(out.top_logprobs.size()), static_cast<int32_t>(sample_.top.size())};
+    out.top_logprobs.insert(out.top_logprobs.end(), sample_.top.begin(), sample_.top.end());
+    out.tokens.push_back(ev);
+    if (reason != FinishReason::kNone) {
+      scheduler_.finish(seq, reason);
+      count_finished(reason);
+      seqs_.erase(seq.request_id);  // step.seqs keeps a dangling pointer, unused until the next schedule()
+    }
+  }
+}
+
+// Order as vLLM: eos, then stop ids, then length. min_tokens needs no check here: the sampler
+// masked eos and stop ids until it was reached.
+FinishReason Engine::stop_reason(const Sequence& seq, int32_t token) const {
+  const SamplingParams& p = seq.params;
+  if (!p.ignore_eos && sampler_.is_eos(token)) return FinishReason::kStop;
+  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end()) {
+    return FinishReason::kStop;
+  }
+  if (seq.num_output_tokens() >= p.max_tokens || seq.num_tokens() >= config_.max_model_len) {
+    return FinishReason::kLength;
+  }
+  return FinishReason::kNone;
+}
+
+void Engine::count_finished(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: ++counters_.finished_stop; break;
+    case FinishReason::kLength: ++counters_.finished_length; break;
+    case FinishReason::kAbort: ++counters_.finished_abort; break;
+    case FinishReason::kTimeout: ++counters_.finished_timeout; break;
+    case FinishReason::kNone: break;
+  }
+}
+
+void Engine::publish(const StepOutput& out) {
+  EngineStats s = counters_;
+  s.num_running = scheduler_.num_running();
+  s.kv_blocks_total = blocks_.num_blocks();
+  s.kv_blocks_free = blocks_.num_free();
+  s.kv_blocks_used = blocks_.num_used();
+  s.kv_blocks_cached = blocks_.num_cached();
+  s.kv_usage = static_cast<double>(blocks_.num_used()) / blocks_.num_blocks();
+  s.num_preemptions = scheduler_.num_preemptions();
+  s.prefix_cache_queries = blocks_.prefix_cache_queries();
+  s.prefix_cache_hits = blocks_.prefix_cache_hits();
+  std::lock_guard lock(mu_);
+  for (const TokenEvent& ev : out.tokens) {
+    if (ev.finish_reason != FinishReason::kNone) live_ids_.erase(ev.request_id);
+  }
+  for (const FinishedRequest& f : out.aborted) live_ids_.erase(f.request_id);
+  int32_t pending = 0;
+  for (const Command& c : inbox_) pending += !c.is_abort;
+  s.num_waiting = scheduler_.num_waiting() + pending;
+  stats_ = s;
+}
+
+}  // namespace strata

@@ -1,0 +1,67 @@
+// The contract between the engine core (scheduler, block manager, sampler) and a model backend
+// (CPU now, CUDA later). The core decides WHAT runs in a step; a backend only executes it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+// Llama-family decoder shape, parsed and validated once from config.json (or a dummy config).
+struct ModelConfig {
+  std::string architecture;  // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"
+  int32_t vocab_size = 0;
+  int32_t hidden_size = 0;
+  int32_t intermediate_size = 0;
+  int32_t num_layers = 0;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;                 // hidden_size / num_heads unless config says otherwise
+  int32_t max_position_embeddings = 0;
+  float rms_norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  // Llama-3 rope scaling ("rope_type": "llama3"); factor 0 means no scaling.
+  float rope_scaling_factor = 0.0f;
+  float rope_low_freq_factor = 1.0f;
+  float rope_high_freq_factor = 4.0f;
+  int32_t rope_original_max_position = 8192;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;          // q/k/v projections carry a bias (Qwen2)
+  int32_t bos_token_id = -1;
+  std::vector<int32_t> eos_token_ids;
+};
+
+// One sequence's share of a step: the tokens to run now and where its KV lives.
+struct SeqSlice {
+  const int32_t* tokens = nullptr;      // (n_tokens) token ids to run in this step
+  int32_t n_tokens = 0;                 // 1 for a decode, a chunk of the prompt for a prefill
+  int32_t start_pos = 0;                // absolute position of tokens[0]; KV of [0, start_pos) is cached
+  const int32_t* block_table = nullptr; // (n_blocks) physical block ids, covering [0, start_pos + n_tokens)
+  int32_t n_blocks = 0;
+  bool want_logits = false;             // logits of the last token of this slice are needed
+};
+
+struct StepBatch {
+  std::vector<SeqSlice> seqs;
+};
+
+// KV memory layout (owned by the backend): for each layer, K and V each hold
+// (num_blocks, num_kv_heads, block_size, head_dim) floats in the backend's KV dtype.
+class ModelBackend {
+ public:
+  virtual ~ModelBackend() = default;
+  virtual const ModelConfig& config() const = 0;
+  // Bytes one KV block takes across all layers (K and V) — the unit the pool is sized in.
+  virtual int64_t kv_bytes_per_block(int32_t block_size) const = 0;
+  // Allocates the paged KV pool; called once before the first forward.
+  virtual void allocate_kv(int32_t num_blocks, int32_t block_size) = 0;
+  // Runs one step: writes K/V of every slice's tokens into its blocks, then writes the
+  // last-token logits of each slice with want_logits, in batch order, to
+  // logits (n_slices_wanting_logits, vocab_size) fp32 row-major.
+  virtual void forward(const StepBatch& batch, float* logits) = 0;
+  // Copy-on-write support: copies one physical block's K and V (all layers) to another.
+  virtual void copy_block(int32_t src, int32_t dst) = 0;
+};
+
+}  // namespace strata

@@ -1,0 +1,45 @@
+// The portable fp32 backend: a Llama-family forward pass over a paged fp32 KV cache, spread
+// over all cores. The step's tokens go through each weight matrix together, so every weight is
+// read once per step whatever the batch.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+
+#include "strata/model_backend.h"
+#include "strata/model_weights.h"
+
+namespace strata {
+
+struct CpuBackendOptions {
+  int32_t num_threads = 0;  // threads computing a step, the caller's included; 0: every available CPU
+};
+
+class CpuBackend final : public ModelBackend {
+ public:
+  // A Hugging Face directory: config.json (+ generation_config.json) and safetensors.
+  explicit CpuBackend(const std::filesystem::path& model_dir, CpuBackendOptions options = {});
+  // The dummy load format: random weights (see make_dummy_weights) for `config`.
+  CpuBackend(const ModelConfig& config, uint64_t dummy_seed, CpuBackendOptions options = {});
+  // Weights already in memory; their sizes are checked against `config`.
+  CpuBackend(const ModelConfig& config, ModelWeights weights, CpuBackendOptions options = {});
+  ~CpuBackend() override;
+
+  const ModelConfig& config() const override;
+  int64_t kv_bytes_per_block(int32_t block_size) const override;
+  void allocate_kv(int32_t num_blocks, int32_t block_size) override;
+  // Throws ModelError(STRATA_BACKEND_INPUT) for a batch it cannot run (token id outside the
+  // vocabulary, block table too short, block id outside the pool, KV not allocated).
+  void forward(const StepBatch& batch, float* logits) override;
+  void copy_block(int32_t src, int32_t dst) override;
+
+  int32_t num_threads() const;
+  const char* kernel_isa() const;  // "avx2+fma" or "portable"
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata

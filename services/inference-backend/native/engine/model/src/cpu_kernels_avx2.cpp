@@ -1,0 +1,51 @@
+// The AVX2 + FMA build of the kernels; this file alone is compiled with -mavx2 -mfma and only
+// runs where cpu_kernels() has checked the CPU supports both.
+#include <immintrin.h>
+
+#include "cpu_kernels.h"
+
+namespace {
+
+struct Vec {
+  using T = __m256;
+  static T zero() { return _mm256_setzero_ps(); }
+  static T set1(float v) { return _mm256_set1_ps(v); }
+  static T load(const float* p) { return _mm256_loadu_ps(p); }
+  static T load_tail(const float* p, int n) {  // lanes >= n read as 0, never touched in memory
+    static const int32_t kMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    return _mm256_maskload_ps(p, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMask + 8 - n)));
+  }
+  static void store(float* p, T v) { _mm256_storeu_ps(p, v); }
+  static T fmadd(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
+  static T add(T a, T b) { return _mm256_add_ps(a, b); }
+  static T sub(T a, T b) { return _mm256_sub_ps(a, b); }
+  static T mul(T a, T b) { return _mm256_mul_ps(a, b); }
+  static T div(T a, T b) { return _mm256_div_ps(a, b); }
+  static T min(T a, T b) { return _mm256_min_ps(a, b); }
+  static T max(T a, T b) { return _mm256_max_ps(a, b); }
+  static T floor(T a) { return _mm256_floor_ps(a); }
+  static T pow2i(T n) {  // 2^n for integral n in [-126, 127]
+    __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+  }
+  // ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7))
+  static float hsum(T v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+};
+
+}  // namespace
+
+#include "cpu_kernels_impl.h"
+
+namespace strata {
+
+const CpuKernels& avx2_kernels() {
+  static const CpuKernels kernels = {"avx2+fma", gemm_impl, silu_mul_impl, attend_impl};
+  return kernels;
+}
+
+}  // namespace strata

@@ -1,0 +1,59 @@
+// A small persistent pool for the CPU backend's data-parallel loops. A step runs a dozen or so
+// parallel regions of tens of microseconds each, so idle workers spin briefly before sleeping
+// (waking a sleeping thread costs about as much as the work), and a region ends when its tasks
+// are done, not when every worker has checked in: a worker the OS has descheduled (other
+// processes on the machine) never holds up the caller, which then runs the tasks itself.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace strata {
+
+class ThreadPool {
+ public:
+  // `num_threads` counts the calling thread; 0 means every CPU this process may run on.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Runs fn(i) for every i in [0, n) and returns when all are done; the caller takes part.
+  // fn must not throw. Not reentrant: one parallel_for at a time per pool.
+  template <class Fn>
+  void parallel_for(int64_t n, Fn&& fn) {
+    run(n, [](void* context, int64_t i) { (*static_cast<std::remove_reference_t<Fn>*>(context))(i); }, &fn);
+  }
+
+  static int available_cpus();
+
+ private:
+  using Task = void (*)(void* context, int64_t index);
+  void run(int64_t n, Task task, void* context);
+  // Claims and runs tasks of the current region until none is left.
+  void work();
+  void worker_loop();
+
+  std::vector<std::thread> workers_;
+  // The current region's claim word: (tag:16 | count:24 | next:24). A worker claims task
+  // `next` by compare-and-swap, so a claim is always for the region the word describes; the
+  // tag keeps two regions of the same size apart.
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<int64_t> pending_{0};      // tasks of the current region not finished yet
+  Task task_ = nullptr;                  // stable while any task of the region is unfinished
+  void* context_ = nullptr;
+  std::atomic<uint64_t> generation_{0};  // bumped once per region, to wake workers
+  std::atomic<int> sleeping_workers_{0};
+  std::atomic<bool> stopping_{false};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+};
+
+}  // namespace strata

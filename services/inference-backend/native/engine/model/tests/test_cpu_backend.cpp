@@ -1,0 +1,315 @@
+// The CPU backend on dummy weights: agreement with a plain dense reference written here (double
+// precision, no paging) for the variants tinystories-656k does not cover (q/k/v and o biases,
+// llama3 rope scaling, explicit head_dim, tied embeddings); bit-identical results under any
+// chunking, batching, block placement or thread count; copy-on-write; rejected batches.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "check.h"
+#include "strata/cpu_backend.h"
+#include "strata/model_config.h"
+#include "strata/model_error.h"
+#include "strata/model_weights.h"
+
+using namespace strata;
+
+namespace {
+
+ModelConfig small_config(const std::string& architecture) {
+  ModelConfig c;
+  c.architecture = architecture;
+  c.vocab_size = 97;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 8;
+  c.max_position_embeddings = 256;
+  c.rms_norm_eps = 1e-6f;
+  c.rope_theta = 10000.0f;
+  return c;
+}
+
+// Dense reference forward in double: returns the last-position logits of `tokens`.
+std::vector<double> reference_logits(const ModelConfig& c, const ModelWeights& w, const std::vector<int32_t>& tokens) {
+  const int64_t hidden = c.hidden_size, hd = c.head_dim, T = static_cast<int64_t>(tokens.size());
+  const int64_t q_dim = int64_t{c.num_heads} * hd, kv_dim = int64_t{c.num_kv_heads} * hd;
+  // inv_freq with Hugging Face's llama3 rule, in double.
+  std::vector<double> inv_freq(hd / 2);
+  for (int64_t i = 0; i < hd / 2; ++i) {
+    double f = 1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / hd);
+    if (c.rope_scaling_factor > 0) {
+      const double wavelen = 2 * M_PI / f, low = c.rope_original_max_position / c.rope_low_freq_factor,
+                   high = c.rope_original_max_position / c.rope_high_freq_factor;
+      if (wavelen > low) {
+        f /= c.rope_scaling_factor;
+      } else if (wavelen >= high) {
+        const double smooth = (c.rope_original_max_position / wavelen - c.rope_low_freq_factor) /
+                              (c.rope_high_freq_factor - c.rope_low_freq_factor);
+        f = (1 - smooth) * f / c.rope_scaling_factor + smooth * f;
+      }
+    }
+    inv_freq[i] = f;
+  }
+  const auto linear = [](const std::vector<double>& x, const std::vector<float>& m, const std::vector<float>& bias, int64_t out_n) {
+    const int64_t in_n = static_cast<int64_t>(x.size());
+    std::vector<double> y(out_n);
+    for (int64_t o = 0; o < out_n; ++o) {
+      double s = bias.empty() ? 0.0 : bias[o];
+      for (int64_t i = 0; i < in_n; ++i) s += m[o * in_n + i] * x[i];
+      y[o] = s;
+    }
+    return y;
+  };
+  const auto norm = [&](const std::vector<double>& x, const std::vector<float>& g) {
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    const double r = 1.0 / std::sqrt(ss / x.size() + c.rms_norm_eps);
+    std::vector<double> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = g[i] * x[i] * r;
+    return y;
+  };
+  const auto rope = [&](std::vector<double>& v, int64_t heads, int64_t pos) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < hd / 2; ++i) {
+        const double a = v[h * hd + i], b = v[h * hd + i + hd / 2], angle = pos * inv_freq[i];
+        v[h * hd + i] = a * std::cos(angle) - b * std::sin(angle);
+        v[h * hd + i + hd / 2] = b * std::cos(angle) + a * std::sin(angle);
+      }
+    }
+  };
+  std::vector<std::vector<double>> x(T, std::vector<double>(hidden));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < hidden; ++i) x[t][i] = w.embed_tokens[tokens[t] * hidden + i];
+  for (const LayerWeights& l : w.layers) {
+    std::vector<std::vector<double>> q(T), k(T), v(T);
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<double> h = norm(x[t], l.input_norm);
+      q[t] = linear(h, l.q_proj, l.q_bias, q_dim);
+      k[t] = linear(h, l.k_proj, l.k_bias, kv_dim);
+      v[t] = linear(h, l.v_proj, l.v_bias, kv_dim);
+      rope(q[t], c.num_heads, t);
+      rope(k[t], c.num_kv_heads, t);
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<double> attn(q_dim, 0.0);
+      for (int64_t h = 0; h < c.num_heads; ++h) {
+        const int64_t g = h / (c.num_heads / c.num_kv_heads);
+        std::vector<double> p(t + 1);
+        double mx = -1e300, sum = 0;
+        for (int64_t j = 0; j <= t; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < hd; ++d) s += q[t][h * hd + d] * k[j][g * hd + d];
+          p[j] = s / std::sqrt(static_cast<double>(hd));
+          mx = std::max(mx, p[j]);
+        }
+        for (double& e : p) sum += (e = std::exp(e - mx));
+        for (int64_t j = 0; j <= t; ++j)
+          for (int64_t d = 0; d < hd; ++d) attn[h * hd + d] += p[j] / sum * v[j][g * hd + d];
+      }
+      std::vector<double> o = linear(attn, l.o_proj, l.o_bias, hidden);
+      for (int64_t i = 0; i < hidden; ++i) x[t][i] += o[i];
+      std::vector<double> h = norm(x[t], l.post_attention_norm);
+      std::vector<double> gate = linear(h, l.gate_proj, {}, c.intermediate_size), up = linear(h, l.up_proj, {}, c.intermediate_size);
+      for (int64_t i = 0; i < c.intermediate_size; ++i) gate[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
+      std::vector<double> down = linear(gate, l.down_proj, {}, hidden);
+      for (int64_t i = 0; i < hidden; ++i) x[t][i] += down[i];
+    }
+  }
+  return linear(norm(x[T - 1], w.final_norm), w.output_projection(), {}, c.vocab_size);
+}
+
+std::vector<int32_t> test_tokens(int n, int seed, int vocab) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> out(n);
+  for (int32_t& t : out) t = static_cast<int32_t>(rng() % vocab);
+  return out;
+}
+
+struct Seq {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> table;
+};
+
+// Runs `seqs` to completion, prefilling in chunks of `chunk` tokens, every sequence in the
+// same forward calls; returns each sequence's last-position logits.
+std::vector<std::vector<float>> run_prefill(CpuBackend& backend, const std::vector<Seq>& seqs, int chunk) {
+  const int32_t vocab = backend.config().vocab_size;
+  std::vector<std::vector<float>> out(seqs.size());
+  std::vector<int32_t> done(seqs.size(), 0);
+  for (bool more = true; more;) {
+    more = false;
+    StepBatch batch;
+    std::vector<size_t> wants;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      const int32_t total = static_cast<int32_t>(seqs[s].tokens.size());
+      if (done[s] == total) continue;
+      const int32_t n = std::min(chunk, total - done[s]);
+      const bool last = done[s] + n == total;
+      batch.seqs.push_back({seqs[s].tokens.data() + done[s], n, done[s], seqs[s].table.data(),
+                            static_cast<int32_t>(seqs[s].table.size()), last});
+      if (last) wants.push_back(s);
+      done[s] += n;
+      more = true;
+    }
+    if (!more) break;
+    std::vector<float> logits(wants.size() * vocab);
+    backend.forward(batch, logits.data());
+    for (size_t i = 0; i < wants.size(); ++i) out[wants[i]].assign(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
+  }
+  return out;
+}
+
+std::vector<int32_t> contiguous_table(int32_t first, int32_t n) {
+  std::vector<int32_t> table(n);
+  std::iota(table.begin(), table.end(), first);
+  return table;
+}
+
+bool throws_input_error(const std::function<void()>& fn, const std::string& part) {
+  try {
+    fn();
+  } catch (const ModelError& e) {
+    const bool ok = e.code() == "STRATA_BACKEND_INPUT" && std::string(e.what()).find(part) != std::string::npos;
+    if (!ok) std::printf("  %s: %s\n", e.code().c_str(), e.what());
+    return ok;
+  }
+  return false;
+}
+
+void check_against_reference(const ModelConfig& config, const char* label) {
+  ModelWeights weights = make_dummy_weights(config, 7);
+  // Larger weights than the dummy default, so attention is far from uniform and errors show.
+  for (LayerWeights& l : weights.layers)
+    for (std::vector<float>* m : {&l.q_proj, &l.k_proj})
+      for (float& v : *m) v *= 20.0f;
+  ModelWeights copy = weights;
+  CpuBackend backend(config, std::move(copy), CpuBackendOptions{2});
+  backend.allocate_kv(32, 4);
+  std::vector<Seq> seqs = {{test_tokens(37, 1, config.vocab_size), contiguous_table(0, 10)},
+                           {test_tokens(5, 2, config.vocab_size), contiguous_table(10, 2)}};
+  std::vector<std::vector<float>> logits = run_prefill(backend, seqs, 64);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    std::vector<double> expected = reference_logits(config, weights, seqs[s].tokens);
+    double max_diff = 0, max_ref = 0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      max_diff = std::max(max_diff, std::fabs(expected[i] - logits[s][i]));
+      max_ref = std::max(max_ref, std::fabs(expected[i]));
+    }
+    std::printf("  %s seq %zu: max |logit - reference| = %.3g (largest |logit| %.3g)\n", label, s, max_diff, max_ref);
+    CHECK(max_diff < 2e-5);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cpu backend: matches a dense double reference (Llama, GQA)") {
+  check_against_reference(small_config("LlamaForCausalLM"), "llama");
+}
+
+TEST_CASE("cpu backend: matches the reference with Qwen2 q/k/v biases") {
+  ModelConfig c = small_config("Qwen2ForCausalLM");
+  c.attention_bias = true;
+  check_against_reference(c, "qwen2");
+}
+
+TEST_CASE("cpu backend: matches the reference with Llama biases, llama3 rope scaling, tied embeddings") {
+  ModelConfig c = small_config("LlamaForCausalLM");
+  c.attention_bias = true;  // Llama: q/k/v and o_proj
+  c.tie_word_embeddings = true;
+  c.head_dim = 16;          // explicit, not hidden / heads
+  c.rope_scaling_factor = 8.0f;
+  c.rope_low_freq_factor = 1.0f;
+  c.rope_high_freq_factor = 4.0f;
+  c.rope_original_max_position = 64;
+  check_against_reference(c, "llama3-scaled");
+}
+
+TEST_CASE("cpu backend: chunking, batching, block placement and threads do not change a bit") {
+  ModelConfig c = small_config("LlamaForCausalLM");
+  CpuBackend two(c, 3, CpuBackendOptions{2});
+  CpuBackend one(c, 3, CpuBackendOptions{1});
+  two.allocate_kv(64, 4);
+  one.allocate_kv(64, 4);
+  std::vector<Seq> seqs;
+  for (int s = 0; s < 5; ++s) seqs.push_back({test_tokens(3 + 11 * s, 10 + s, c.vocab_size), contiguous_table(12 * s, 12)});
+
+  std::vector<std::vector<float>> alone;
+  for (const Seq& seq : seqs) alone.push_back(run_prefill(two, {seq}, 1000)[0]);
+  CHECK(run_prefill(two, seqs, 1000) == alone);  // all in one forward
+  CHECK(run_prefill(two, seqs, 7) == alone);     // chunked prefill, mixed in steps
+  CHECK(run_prefill(two, seqs, 1) == alone);     // token by token
+  CHECK(run_prefill(one, seqs, 5) == alone);     // one thread
+
+  std::vector<Seq> scattered = seqs;  // blocks in a shuffled order across the pool
+  std::vector<int32_t> ids = contiguous_table(0, 64);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(5));
+  for (size_t s = 0; s < scattered.size(); ++s) scattered[s].table.assign(ids.begin() + 12 * s, ids.begin() + 12 * (s + 1));
+  CHECK(run_prefill(two, scattered, 6) == alone);
+}
+
+TEST_CASE("cpu backend: copy_block duplicates a block's K and V in every layer") {
+  ModelConfig c = small_config("LlamaForCausalLM");
+  CpuBackend backend(c, 3, CpuBackendOptions{2});
+  backend.allocate_kv(16, 4);
+  std::vector<int32_t> tokens = test_tokens(8, 4, c.vocab_size), next = {5};
+  run_prefill(backend, {{tokens, {0, 1}}}, 8);  // positions 0..7 in blocks 0 and 1
+  backend.copy_block(1, 9);
+  const auto decode = [&](std::vector<int32_t> table) {
+    table.push_back(2);
+    StepBatch batch;
+    batch.seqs.push_back({next.data(), 1, 8, table.data(), 3, true});
+    std::vector<float> logits(c.vocab_size);
+    backend.forward(batch, logits.data());
+    return logits;
+  };
+  CHECK(decode({0, 9}) == decode({0, 1}));
+}
+
+TEST_CASE("cpu backend: dummy weights are deterministic in the seed") {
+  ModelConfig c = preset_model_config("tinystories-656k");
+  CpuBackend a(c, 42), b(c, 42), other(c, 43);
+  std::vector<Seq> seqs = {{test_tokens(20, 1, c.vocab_size), contiguous_table(0, 2)}};
+  for (CpuBackend* backend : {&a, &b, &other}) backend->allocate_kv(2, 16);
+  std::vector<float> la = run_prefill(a, seqs, 20)[0];
+  CHECK(la == run_prefill(b, seqs, 20)[0]);
+  CHECK(la != run_prefill(other, seqs, 20)[0]);
+  CHECK(std::all_of(la.begin(), la.end(), [](float v) { return std::isfinite(v); }));
+  CHECK_EQ(a.kv_bytes_per_block(16), int64_t{2 * 2 * 4 * 16 * 16 * 4});
+}
+
+TEST_CASE("cpu backend: batches it cannot run are rejected, not run") {
+  ModelConfig c = small_config("LlamaForCausalLM");
+  CpuBackend backend(c, 3, CpuBackendOptions{1});
+  std::vector<int32_t> tokens = {1, 2, 3, 4, 5}, table = {0, 1};
+  std::vector<float> logits(c.vocab_size);
+  const auto run = [&](SeqSlice slice) {
+    StepBatch batch;
+    batch.seqs.push_back(slice);
+    backend.forward(batch, logits.data());
+  };
+  CHECK(throws_input_error([&] { run({tokens.data(), 5, 0, table.data(), 2, true}); }, "allocate_kv"));
+  backend.allocate_kv(4, 4);
+  run({tokens.data(), 5, 0, table.data(), 2, true});  // fine
+  std::vector<int32_t> bad_token = {1, 97};
+  CHECK(throws_input_error([&] { run({bad_token.data(), 2, 0, table.data(), 2, true}); }, "token id 97"));
+  CHECK(throws_input_error([&] { run({tokens.data(), 5, 4, table.data(), 2, true}); }, "block table has 2 blocks"));
+  std::vector<int32_t> bad_table = {0, 4};
+  CHECK(throws_input_error([&] { run({tokens.data(), 5, 0, bad_table.data(), 2, true}); }, "block id 4"));
+  CHECK(throws_input_error([&] { run({tokens.data(), 0, 0, table.data(), 2, true}); }, "no tokens"));
+  CHECK(throws_input_error([&] { backend.copy_block(0, 4); }, "outside the KV pool"));
+  StepBatch empty;
+  backend.forward(empty, nullptr);  // nothing to do
+  try {
+    backend.allocate_kv(1 << 30, 1 << 20);  // ~10^17 bytes
+    CHECK(false);
+  } catch (const ModelError& e) {
+    CHECK(e.code() == "STRATA_OUT_OF_MEMORY");
+  }
+}
+
+TEST_MAIN()

@@ -1,0 +1,93 @@
+// A minimal test harness for the engine's C++ tests: each test file is one executable
+// registered with ctest; CHECK failures print file:line and make the executable exit 1.
+#pragma once
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace strata_test {
+
+struct Case {
+  const char* name;
+  std::function<void()> fn;
+};
+
+inline std::vector<Case>& cases() {
+  static std::vector<Case> all;
+  return all;
+}
+
+inline int& failures() {
+  static int n = 0;
+  return n;
+}
+
+struct Register {
+  Register(const char* name, std::function<void()> fn) { cases().push_back({name, std::move(fn)}); }
+};
+
+inline int run_all() {
+  int failed_cases = 0;
+  for (auto& c : cases()) {
+    int before = failures();
+    c.fn();
+    bool ok = failures() == before;
+    if (!ok) ++failed_cases;
+    std::printf("%s %s\n", ok ? "ok  " : "FAIL", c.name);
+  }
+  std::printf("%zu passed, %d failed\n", cases().size() - failed_cases, failed_cases);
+  return failed_cases == 0 ? 0 : 1;
+}
+
+}  // namespace strata_test
+
+#define STRATA_CAT2(a, b) a##b
+#define STRATA_CAT(a, b) STRATA_CAT2(a, b)
+#define TEST_CASE(name)                                                              \
+  static void STRATA_CAT(test_fn_, __LINE__)();                                      \
+  static strata_test::Register STRATA_CAT(test_reg_, __LINE__)(name, STRATA_CAT(test_fn_, __LINE__)); \
+  static void STRATA_CAT(test_fn_, __LINE__)()
+
+#define CHECK(cond)                                                                  \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      std::printf("  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);         \
+      ++strata_test::failures();                                                     \
+    }                                                                                \
+  } while (0)
+
+#define CHECK_EQ(a, b)                                                               \
+  do {                                                                               \
+    auto _va = (a);                                                                  \
+    auto _vb = (b);                                                                  \
+    if (!(_va == _vb)) {                                                             \
+      std::printf("  %s:%d: CHECK_EQ(%s, %s) failed: %s vs %s\n", __FILE__, __LINE__, #a, #b, \
+                  std::to_string(_va).c_str(), std::to_string(_vb).c_str());         \
+      ++strata_test::failures();                                                     \
+    }                                                                                \
+  } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                        \
+  do {                                                                               \
+    double _va = (a), _vb = (b);                                                     \
+    if (!(std::fabs(_va - _vb) <= (tol))) {                                          \
+      std::printf("  %s:%d: CHECK_NEAR(%s, %s) failed: %.9g vs %.9g\n", __FILE__, __LINE__, #a, #b, _va, _vb); \
+      ++strata_test::failures();                                                     \
+    }                                                                                \
+  } while (0)
+
+#define CHECK_THROWS(expr)                                                           \
+  do {                                                                               \
+    bool _threw = false;                                                             \
+    try { (void)(expr); } catch (...) { _threw = true; }                             \
+    if (!_threw) {                                                                   \
+      std::printf("  %s:%d: CHECK_THROWS(%s) did not throw\n", __FILE__, __LINE__, #expr); \
+      ++strata_test::failures();                                                     \
+    }                                                                                \
+  } while (0)
+
+#define TEST_MAIN() int main() { return strata_test::run_all(); }
