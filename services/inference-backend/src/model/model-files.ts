@@ -1,0 +1,295 @@
+// Reads what the TS side needs from a Hugging Face model directory, once, at load: special-token
+// ids, whether BOS/EOS are added, the chat template and the context length. Everything is checked
+// here (zod), so the tokenizer, detokenizer and chat template can trust it.
+
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { z } from 'zod';
+import { ModelError } from './errors.js';
+
+export interface ModelFiles {
+  /** Absolute path of the model directory. */
+  readonly dir: string;
+  /** Absolute path of tokenizer.json. */
+  readonly tokenizerPath: string;
+  readonly architectures: readonly string[];
+  readonly modelType: string | null;
+  /** config.json vocab_size: rows of the embedding matrix; may exceed the tokenizer's vocabulary. */
+  readonly vocabSize: number;
+  readonly bosToken: string | null;
+  readonly bosTokenId: number | null;
+  readonly eosToken: string | null;
+  /** Every id that ends generation: generation_config (else config) eos_token_id, then the tokenizer's eos_token. */
+  readonly eosTokenIds: readonly number[];
+  /** Whether encoding a prompt with special tokens starts it with BOS / ends it with EOS. */
+  readonly addBosToken: boolean;
+  readonly addEosToken: boolean;
+  /** Ids of tokenizer.json added tokens marked special (BOS, EOS, UNK, control tokens), ascending. */
+  readonly specialTokenIds: readonly number[];
+  /**
+   * Whether tokenizer.json's decoder has a ByteFallback step: then a run of <0xNN> tokens decodes as
+   * one UTF-8 byte string, all of it U+FFFD if any part is invalid, so text can change until the run ends.
+   */
+  readonly byteFallback: boolean;
+  /** The Jinja source of the default chat template, or null when the model has none. */
+  readonly chatTemplate: string | null;
+  /** Longest sequence (prompt + output, tokens) the model supports, or null when no file says. */
+  readonly maxModelLen: number | null;
+}
+
+const tokenId = z.number().int().nonnegative();
+const tokenIdOrList = z.union([tokenId, z.array(tokenId)]);
+
+const configSchema = z.looseObject({
+  architectures: z.array(z.string()).optional(),
+  model_type: z.string().optional(),
+  vocab_size: z.number().int().positive(),
+  max_position_embeddings: z.number().int().positive().optional(),
+  bos_token_id: tokenId.nullish(),
+  eos_token_id: tokenIdOrList.nullish(),
+});
+
+const generationConfigSchema = z.looseObject({
+  bos_token_id: tokenId.nullish(),
+  eos_token_id: tokenIdOrList.nullish(),
+});
+
+// transformers writes special tokens either as plain strings or as serialized AddedToken objects.
+const tokenString = z.union([z.string(), z.looseObject({ content: z.string() })]).nullish();
+
+const tokenizerConfigSchema = z.looseObject({
+  bos_token: tokenString,
+  eos_token: tokenString,
+  add_bos_token: z.boolean().nullish(),
+  add_eos_token: z.boolean().nullish(),
+  model_max_length: z.number().positive().nullish(),
+  chat_template: z
+    .union([z.string(), z.array(z.object({ name: z.string(), template: z.string() }))])
+    .nullish(),
+});
+
+const tokenizerJsonSchema = z.looseObject({
+  added_tokens: z.array(z.looseObject({ id: tokenId, content: z.string(), special: z.boolean() })).nullish(),
+  post_processor: z.unknown(),
+  decoder: z.unknown(),
+  model: z.looseObject({
+    type: z.string().optional(),
+    // BPE/WordPiece/WordLevel: piece -> id; Unigram: [piece, score] at index id.
+    vocab: z.union([z.record(z.string(), tokenId), z.array(z.tuple([z.string(), z.number()]))]).optional(),
+  }),
+});
+
+const templateProcessingSchema = z.looseObject({
+  type: z.literal('TemplateProcessing'),
+  single: z.array(
+    z.union([
+      z.object({ SpecialToken: z.looseObject({ id: z.string() }) }),
+      z.object({ Sequence: z.looseObject({ id: z.string() }) }),
+    ]),
+  ),
+  special_tokens: z.record(z.string(), z.looseObject({ ids: z.array(tokenId) })),
+});
+const sequenceProcessorSchema = z.looseObject({
+  type: z.literal('Sequence'),
+  processors: z.array(z.unknown()),
+});
+
+type TokenizerJson = z.output<typeof tokenizerJsonSchema>;
+
+/** Reads and checks a model directory; throws ModelError 'STRATA_MODEL_FILES' naming the file and field. */
+export async function loadModelFiles(dir: string): Promise<ModelFiles> {
+  const root = path.resolve(dir);
+  const config = await readJson(root, 'config.json', configSchema, true);
+  const generation = await readJson(root, 'generation_config.json', generationConfigSchema, false);
+  const tokCfg = await readJson(root, 'tokenizer_config.json', tokenizerConfigSchema, true);
+  const tokJson = await readJson(root, 'tokenizer.json', tokenizerJsonSchema, true);
+  const lookup = tokenLookup(tokJson);
+
+  const bosToken = contentOf(tokCfg.bos_token);
+  const eosToken = contentOf(tokCfg.eos_token);
+  const bosFromTokenizer = bosToken === null ? null : lookupOrThrow(lookup, bosToken, root, 'bos_token');
+  const eosFromTokenizer = eosToken === null ? null : lookupOrThrow(lookup, eosToken, root, 'eos_token');
+  const bosTokenId = bosFromTokenizer ?? generation?.bos_token_id ?? config.bos_token_id ?? null;
+
+  const eosIds = asList(generation?.eos_token_id ?? config.eos_token_id);
+  if (eosFromTokenizer !== null && !eosIds.includes(eosFromTokenizer)) eosIds.push(eosFromTokenizer);
+
+  const template = templateEnds(tokJson.post_processor);
+  const addBosToken = tokCfg.add_bos_token ?? (bosTokenId !== null && template.first === bosTokenId);
+  const addEosToken = tokCfg.add_eos_token ?? (eosIds.length > 0 && template.last === eosIds[0]);
+  if (addBosToken && bosTokenId === null) {
+    throw filesError(root, 'tokenizer_config.json', 'add_bos_token', 'is true but no BOS token is defined');
+  }
+  if (addEosToken && eosIds.length === 0) {
+    throw filesError(root, 'tokenizer_config.json', 'add_eos_token', 'is true but no EOS token is defined');
+  }
+
+  return {
+    dir: root,
+    tokenizerPath: path.join(root, 'tokenizer.json'),
+    architectures: config.architectures ?? [],
+    modelType: config.model_type ?? null,
+    vocabSize: config.vocab_size,
+    bosToken,
+    bosTokenId,
+    eosToken,
+    eosTokenIds: eosIds,
+    addBosToken,
+    addEosToken,
+    specialTokenIds: (tokJson.added_tokens ?? [])
+      .filter((t) => t.special)
+      .map((t) => t.id)
+      .sort((a, b) => a - b),
+    byteFallback: hasDecoder(tokJson.decoder, 'ByteFallback'),
+    chatTemplate: await chatTemplate(root, tokCfg.chat_template),
+    maxModelLen: maxModelLen(config.max_position_embeddings, tokCfg.model_max_length),
+  };
+}
+
+async function readJson<S extends z.ZodType>(
+  dir: string,
+  name: string,
+  schema: S,
+  required: true,
+): Promise<z.output<S>>;
+async function readJson<S extends z.ZodType>(
+  dir: string,
+  name: string,
+  schema: S,
+  required: false,
+): Promise<z.output<S> | null>;
+async function readJson<S extends z.ZodType>(
+  dir: string,
+  name: string,
+  schema: S,
+  required: boolean,
+): Promise<z.output<S> | null> {
+  const file = path.join(dir, name);
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    if (!required && isErrno(err, 'ENOENT')) return null;
+    const why = isErrno(err, 'ENOENT') ? 'is missing' : `cannot be read (${String(err)})`;
+    throw new ModelError('STRATA_MODEL_FILES', `${file} ${why}; a model directory needs it`, {
+      file,
+      cause: err,
+    });
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (err) {
+    throw new ModelError('STRATA_MODEL_FILES', `${file} is not valid JSON: ${(err as Error).message}`, {
+      file,
+      cause: err,
+    });
+  }
+  const parsed = schema.safeParse(json);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const field = issue?.path.map(String).join('.') || '(root)';
+    throw filesError(dir, name, field, issue?.message ?? 'is malformed');
+  }
+  return parsed.data;
+}
+
+function filesError(dir: string, name: string, field: string, problem: string): ModelError {
+  const file = path.join(dir, name);
+  return new ModelError('STRATA_MODEL_FILES', `${file}: field "${field}" ${problem}`, { file, field });
+}
+
+function isErrno(err: unknown, code: string): boolean {
+  return err instanceof Error && (err as NodeJS.ErrnoException).code === code;
+}
+
+function contentOf(token: z.output<typeof tokenString>): string | null {
+  if (token === null || token === undefined) return null;
+  return typeof token === 'string' ? token : token.content;
+}
+
+function asList(ids: number | number[] | null | undefined): number[] {
+  if (ids === null || ids === undefined) return [];
+  return Array.isArray(ids) ? [...ids] : [ids];
+}
+
+/** Token string -> id, added tokens first, as the tokenizer itself resolves them. */
+function tokenLookup(tok: TokenizerJson): Map<string, number> {
+  const map = new Map<string, number>();
+  const vocab = tok.model.vocab;
+  if (Array.isArray(vocab)) {
+    for (const [id, [piece]] of vocab.entries()) map.set(piece, id);
+  } else if (vocab !== undefined) {
+    for (const [piece, id] of Object.entries(vocab)) map.set(piece, id);
+  }
+  for (const added of tok.added_tokens ?? []) map.set(added.content, added.id);
+  return map;
+}
+
+function lookupOrThrow(lookup: Map<string, number>, token: string, dir: string, field: string): number {
+  const id = lookup.get(token);
+  if (id === undefined) {
+    throw filesError(
+      dir,
+      'tokenizer_config.json',
+      field,
+      `names "${token}", which tokenizer.json does not contain`,
+    );
+  }
+  return id;
+}
+
+/** First and last special-token ids a TemplateProcessing post-processor puts around a single sequence. */
+function templateEnds(processor: unknown): { first: number | null; last: number | null } {
+  const seq = sequenceProcessorSchema.safeParse(processor);
+  if (seq.success) {
+    for (const inner of seq.data.processors) {
+      const ends = templateEnds(inner);
+      if (ends.first !== null || ends.last !== null) return ends;
+    }
+    return { first: null, last: null };
+  }
+  const tpl = templateProcessingSchema.safeParse(processor);
+  if (!tpl.success) return { first: null, last: null };
+  const idOf = (piece: (typeof tpl.data.single)[number] | undefined): number | null =>
+    piece !== undefined && 'SpecialToken' in piece
+      ? (tpl.data.special_tokens[piece.SpecialToken.id]?.ids[0] ?? null)
+      : null;
+  return { first: idOf(tpl.data.single[0]), last: idOf(tpl.data.single.at(-1)) };
+}
+
+const decoderSchema = z.looseObject({ type: z.string(), decoders: z.array(z.unknown()).optional() });
+
+function hasDecoder(decoder: unknown, type: string): boolean {
+  const parsed = decoderSchema.safeParse(decoder);
+  if (!parsed.success) return false;
+  return parsed.data.type === type || (parsed.data.decoders ?? []).some((d) => hasDecoder(d, type));
+}
+
+/** tokenizer_config.json chat_template (a string or named list), else chat_template.jinja beside it. */
+async function chatTemplate(
+  dir: string,
+  field: string | { name: string; template: string }[] | null | undefined,
+): Promise<string | null> {
+  if (typeof field === 'string') return field;
+  if (Array.isArray(field)) return field.find((t) => t.name === 'default')?.template ?? null;
+  try {
+    return await readFile(path.join(dir, 'chat_template.jinja'), 'utf8');
+  } catch (err) {
+    if (isErrno(err, 'ENOENT')) return null;
+    throw new ModelError('STRATA_MODEL_FILES', `${path.join(dir, 'chat_template.jinja')} cannot be read`, {
+      file: path.join(dir, 'chat_template.jinja'),
+      cause: err,
+    });
+  }
+}
+
+// tokenizer_config's model_max_length is often a 1e30 "unset" sentinel; only a plausible value counts.
+const PLAUSIBLE_MAX_LEN = 2 ** 31;
+
+function maxModelLen(positions: number | undefined, tokenizerMax: number | null | undefined): number | null {
+  const limits = [positions, tokenizerMax].filter(
+    (n): n is number => n !== undefined && n !== null && Number.isInteger(n) && n < PLAUSIBLE_MAX_LEN,
+  );
+  return limits.length === 0 ? null : Math.min(...limits);
+}

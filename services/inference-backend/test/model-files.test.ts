@@ -1,0 +1,193 @@
+import { rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { ModelError } from '../src/model/errors.js';
+import { loadModelFiles } from '../src/model/model-files.js';
+import { modelPath } from './support/models.js';
+import { copyTinystories, editJson, TempDirs } from './support/temp-model.js';
+
+const dirs = new TempDirs();
+afterAll(() => dirs.removeAll());
+
+/** The ModelError `promise` rejects with (fails the test if it resolves or throws something else). */
+async function modelError(promise: Promise<unknown>): Promise<ModelError> {
+  const err = await promise.then(
+    () => null,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(ModelError);
+  return err as ModelError;
+}
+
+describe('loadModelFiles on tinystories-656k', () => {
+  it('reads ids, flags and limits from the real files', async () => {
+    const dir = modelPath('tinystories-656k');
+    const files = await loadModelFiles(dir);
+    expect(files).toEqual({
+      dir: path.resolve(dir),
+      tokenizerPath: path.join(path.resolve(dir), 'tokenizer.json'),
+      architectures: ['LlamaForCausalLM'],
+      modelType: 'llama',
+      vocabSize: 2048,
+      bosToken: '<|start_story|>',
+      bosTokenId: 1,
+      eosToken: '<|end_story|>',
+      eosTokenIds: [2],
+      addBosToken: true,
+      addEosToken: false,
+      specialTokenIds: [0, 1, 2],
+      byteFallback: true,
+      chatTemplate: null,
+      // max_position_embeddings 512; tokenizer_config's model_max_length is the 1e30 "unset" value.
+      maxModelLen: 512,
+    });
+  });
+});
+
+describe('loadModelFiles on edited copies', () => {
+  it('takes eos ids from generation_config first, as a list, then adds the tokenizer eos', async () => {
+    const dir = await copyTinystories(dirs);
+    await editJson(dir, 'generation_config.json', (j) => ({ ...j, eos_token_id: [5, 7] }));
+    expect((await loadModelFiles(dir)).eosTokenIds).toEqual([5, 7, 2]);
+  });
+
+  it('falls back to config.json eos when generation_config.json is absent', async () => {
+    const dir = await copyTinystories(dirs);
+    await rm(path.join(dir, 'generation_config.json'));
+    await editJson(dir, 'config.json', (j) => ({ ...j, eos_token_id: 9 }));
+    await editJson(dir, 'tokenizer_config.json', (j) => ({ ...j, eos_token: null }));
+    const files = await loadModelFiles(dir);
+    expect(files.eosTokenIds).toEqual([9]);
+    expect(files.eosToken).toBe(null);
+  });
+
+  it('accepts special tokens written as AddedToken objects', async () => {
+    const dir = await copyTinystories(dirs);
+    await editJson(dir, 'tokenizer_config.json', (j) => ({
+      ...j,
+      bos_token: { content: '<|end_story|>', lstrip: false, normalized: true },
+    }));
+    const files = await loadModelFiles(dir);
+    expect(files.bosToken).toBe('<|end_story|>');
+    expect(files.bosTokenId).toBe(2);
+  });
+
+  it('uses add_bos_token / add_eos_token when tokenizer_config.json sets them', async () => {
+    const dir = await copyTinystories(dirs);
+    await editJson(dir, 'tokenizer_config.json', (j) => ({
+      ...j,
+      add_bos_token: false,
+      add_eos_token: true,
+    }));
+    const files = await loadModelFiles(dir);
+    expect([files.addBosToken, files.addEosToken]).toEqual([false, true]);
+  });
+
+  it("reads add-BOS from tokenizer.json's post-processor when tokenizer_config.json is silent", async () => {
+    const dir = await copyTinystories(dirs);
+    await editJson(dir, 'tokenizer_config.json', ({ add_bos_token: _a, add_eos_token: _e, ...rest }) => rest);
+    expect((await loadModelFiles(dir)).addBosToken).toBe(true);
+    await editJson(dir, 'tokenizer.json', (j) => ({ ...j, post_processor: null }));
+    expect((await loadModelFiles(dir)).addBosToken).toBe(false);
+  });
+
+  it('finds BOS inside a Sequence post-processor (Llama 3 layout)', async () => {
+    const dir = await copyTinystories(dirs);
+    await editJson(dir, 'tokenizer_config.json', ({ add_bos_token: _a, ...rest }) => rest);
+    await editJson(dir, 'tokenizer.json', (j) => ({
+      ...j,
+      post_processor: { type: 'Sequence', processors: [{ type: 'ByteLevel' }, j.post_processor] },
+    }));
+    expect((await loadModelFiles(dir)).addBosToken).toBe(true);
+  });
+
+  it('takes the chat template from tokenizer_config.json, the named list form, or chat_template.jinja', async () => {
+    const dir = await copyTinystories(dirs);
+    await writeFile(path.join(dir, 'chat_template.jinja'), '{{ "from file" }}');
+    expect((await loadModelFiles(dir)).chatTemplate).toBe('{{ "from file" }}');
+    await editJson(dir, 'tokenizer_config.json', (j) => ({
+      ...j,
+      chat_template: [
+        { name: 'tool_use', template: 'tools' },
+        { name: 'default', template: 'plain' },
+      ],
+    }));
+    expect((await loadModelFiles(dir)).chatTemplate).toBe('plain');
+    await editJson(dir, 'tokenizer_config.json', (j) => ({ ...j, chat_template: 'inline' }));
+    expect((await loadModelFiles(dir)).chatTemplate).toBe('inline');
+  });
+
+  it('limits the context by a plausible tokenizer model_max_length', async () => {
+    const dir = await copyTinystories(dirs);
+    await editJson(dir, 'tokenizer_config.json', (j) => ({ ...j, model_max_length: 256 }));
+    expect((await loadModelFiles(dir)).maxModelLen).toBe(256);
+  });
+});
+
+describe('loadModelFiles errors', () => {
+  it('names a missing required file', async () => {
+    for (const name of ['config.json', 'tokenizer.json', 'tokenizer_config.json']) {
+      const dir = await copyTinystories(dirs);
+      await rm(path.join(dir, name));
+      const err = await modelError(loadModelFiles(dir));
+      expect(err.code).toBe('STRATA_MODEL_FILES');
+      expect(err.file).toBe(path.join(dir, name));
+      expect(err.message).toBe(`${path.join(dir, name)} is missing; a model directory needs it`);
+    }
+  });
+
+  it('names a file that is not JSON', async () => {
+    const dir = await copyTinystories(dirs);
+    await writeFile(path.join(dir, 'generation_config.json'), '{"eos_token_id": 2,');
+    const err = await modelError(loadModelFiles(dir));
+    expect(err.code).toBe('STRATA_MODEL_FILES');
+    expect(err.file).toBe(path.join(dir, 'generation_config.json'));
+    expect(err.message).toMatch(/generation_config\.json is not valid JSON: /);
+  });
+
+  it('names the file and field of a value of the wrong type', async () => {
+    const dir = await copyTinystories(dirs);
+    await editJson(dir, 'config.json', (j) => ({ ...j, vocab_size: 'big' }));
+    const err = await modelError(loadModelFiles(dir));
+    expect([err.code, err.file, err.field]).toEqual([
+      'STRATA_MODEL_FILES',
+      path.join(dir, 'config.json'),
+      'vocab_size',
+    ]);
+    expect(err.message).toMatch(/config\.json: field "vocab_size" /);
+  });
+
+  it('names a nested field (an eos id in a list)', async () => {
+    const dir = await copyTinystories(dirs);
+    await editJson(dir, 'generation_config.json', (j) => ({ ...j, eos_token_id: [2, -1] }));
+    const err = await modelError(loadModelFiles(dir));
+    expect(err.field).toBe('eos_token_id.1');
+    expect(err.file).toBe(path.join(dir, 'generation_config.json'));
+  });
+
+  it('rejects a special token that tokenizer.json does not contain', async () => {
+    const dir = await copyTinystories(dirs);
+    await editJson(dir, 'tokenizer_config.json', (j) => ({ ...j, bos_token: '<s>' }));
+    const err = await modelError(loadModelFiles(dir));
+    expect(err.field).toBe('bos_token');
+    expect(err.message).toBe(
+      `${path.join(dir, 'tokenizer_config.json')}: field "bos_token" names "<s>", which tokenizer.json does not contain`,
+    );
+  });
+
+  it('rejects add_bos_token without any BOS token', async () => {
+    const dir = await copyTinystories(dirs);
+    await editJson(dir, 'tokenizer_config.json', (j) => ({ ...j, bos_token: null }));
+    await editJson(dir, 'config.json', (j) => ({ ...j, bos_token_id: null }));
+    await editJson(dir, 'generation_config.json', (j) => ({ ...j, bos_token_id: null }));
+    const err = await modelError(loadModelFiles(dir));
+    expect(err.field).toBe('add_bos_token');
+    expect(err.message).toMatch(/"add_bos_token" is true but no BOS token is defined$/);
+  });
+
+  it('rejects a directory that does not exist', async () => {
+    const dir = path.join(await dirs.make(), 'nope');
+    const err = await modelError(loadModelFiles(dir));
+    expect(err.file).toBe(path.join(dir, 'config.json'));
+  });
+});
