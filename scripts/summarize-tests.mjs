@@ -1,6 +1,6 @@
 // Sums every suite's report into one table and the final line "N passed, N failed".
 // Reports: vitest JSON (reports/vitest.json) and ctest JUnit (reports/ctest.xml) per package.
-// A package with a test script but no report counts as a failed suite: a crash is not a pass.
+// A runner that left no report counts as a failed suite: a crash is not a pass.
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -23,29 +23,44 @@ function vitestCounts(file) {
   };
 }
 
+// ctest's JUnit lists one testcase per executable; our C++ test executables print their own
+// "N passed, N failed" (native/engine/tests/check.h), so cases are counted from that line.
 function junitCounts(file) {
   const xml = readFileSync(file, 'utf8');
-  const attr = (name) => Number(new RegExp(`<testsuite[^>]*\\s${name}="(\\d+)"`).exec(xml)?.[1] ?? 0);
-  const failed = attr('failures') + attr('errors');
-  const skipped = attr('skipped') + attr('disabled');
-  return { passed: attr('tests') - failed - skipped, failed, skipped };
+  const total = { passed: 0, failed: 0, skipped: 0 };
+  for (const [, attrs, body] of xml.matchAll(/<testcase([^>]*)>([\s\S]*?)<\/testcase>/g)) {
+    const status = /status="([a-z]+)"/.exec(attrs)?.[1];
+    const own = /(\d+) passed, (\d+) failed/.exec(body);
+    if (status === 'notrun' || status === 'disabled') total.skipped += 1;
+    else if (own) {
+      total.passed += Number(own[1]);
+      // An executable that crashed after printing its line still failed.
+      total.failed += Math.max(Number(own[2]), status === 'fail' ? 1 : 0);
+    } else if (status === 'fail') total.failed += 1;
+    else total.passed += 1;
+  }
+  return total;
 }
 
 const rows = [];
 for (const dir of packages) {
   const pkg = JSON.parse(readFileSync(join(root, dir, 'package.json'), 'utf8'));
   if (!pkg.scripts?.test) continue;
-  const reports = [
-    ['vitest', join(root, dir, 'reports', 'vitest.json'), vitestCounts],
-    ['ctest', join(root, dir, 'reports', 'ctest.xml'), junitCounts],
-  ].filter(([, file]) => existsSync(file));
-  if (reports.length === 0) {
-    rows.push({
-      suite: `${pkg.name} (no report: the suite did not run to the end)`,
-      passed: 0,
-      failed: 1,
-      skipped: 0,
-    });
+  // Each runner a package has must leave its report: a missing one is a suite that crashed.
+  const expected = [
+    ['vitest', 'vitest.config.ts', join(root, dir, 'reports', 'vitest.json'), vitestCounts],
+    ['ctest', 'CMakeLists.txt', join(root, dir, 'reports', 'ctest.xml'), junitCounts],
+  ].filter(([, marker]) => existsSync(join(root, dir, marker)));
+  const reports = [];
+  for (const [kind, , file, count] of expected) {
+    if (existsSync(file)) reports.push([kind, file, count]);
+    else
+      rows.push({
+        suite: `${pkg.name} ${kind} (no report: the suite did not run to the end)`,
+        passed: 0,
+        failed: 1,
+        skipped: 0,
+      });
   }
   for (const [kind, file, count] of reports) rows.push({ suite: `${pkg.name} ${kind}`, ...count(file) });
 }

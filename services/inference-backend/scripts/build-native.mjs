@@ -1,6 +1,6 @@
 // Builds strata_native.node with cmake-js (offline: Node-API headers come from the
 // node-api-headers package). STRATA_CUDA_HOME selects a CUDA build; unset means CPU-only.
-//   node scripts/build-native.mjs [--out DIR] [--cpu-only]
+//   node scripts/build-native.mjs [--out DIR] [--cpu-only] [--target strata_native]
 import { spawnSync } from 'node:child_process';
 import { availableParallelism } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -12,6 +12,8 @@ const { values } = parseArgs({
   options: {
     out: { type: 'string', default: join(root, 'build') },
     'cpu-only': { type: 'boolean', default: false },
+    // One CMake target (e.g. strata_native without the engine's test executables).
+    target: { type: 'string' },
   },
 });
 const cudaHome = values['cpu-only'] ? '' : (process.env.STRATA_CUDA_HOME ?? '');
@@ -23,7 +25,7 @@ console.log(`[build-native] ${cudaHome ? `CUDA build with ${cudaHome}` : 'CPU-on
 let result;
 for (const step of [
   ['configure', ...common, `--CDSTRATA_CUDA_HOME=${cudaHome}`],
-  ['build', ...common],
+  ['build', ...common, ...(values.target ? ['--target', values.target] : [])],
 ]) {
   result = spawnSync(process.execPath, [cmakeJs, ...step], {
     stdio: 'inherit',

@@ -34,9 +34,146 @@ export interface CudaInfo {
   smokeKernelOk: boolean;
 }
 
+/** loadEngine() options (native/addon/engine_binding.cpp, LoadOptions). */
+export interface NativeLoadOptions {
+  /** A Hugging Face model directory; or leave empty and name a dummyPreset. */
+  modelDir?: string;
+  /** Random weights for a named shape, e.g. "llama-3-8b" (benchmarks). */
+  dummyPreset?: string;
+  dummySeed?: number;
+  /** Threads computing a step; 0 = every CPU. */
+  threads?: number;
+  /** KV pool size in blocks; 0 = from kvCacheBytes or kvMemoryFraction. */
+  numBlocks?: number;
+  /** Tokens per KV block (default 16). */
+  blockSize?: number;
+  maxNumBatchedTokens?: number;
+  maxNumSeqs?: number;
+  /** 0 = the model's max_position_embeddings. */
+  maxModelLen?: number;
+  /** KV pool budget in bytes; 0 = kvMemoryFraction of MemAvailable. */
+  kvCacheBytes?: number;
+  kvMemoryFraction?: number;
+}
+
+/** core/include/strata/sampling_params.h; validated natively at submit. */
+export interface NativeSamplingParams {
+  temperature?: number;
+  topK?: number;
+  topP?: number;
+  minP?: number;
+  repetitionPenalty?: number;
+  frequencyPenalty?: number;
+  presencePenalty?: number;
+  /** Integer below 2^53. */
+  seed?: number;
+  stopTokenIds?: number[];
+  ignoreEos?: boolean;
+  maxTokens?: number;
+  minTokens?: number;
+  /** -1 none, 0 the sampled token's, n also the top n (at most 20). */
+  logprobs?: number;
+  /** Logprobs of the distribution sampled from (after penalties, temperature, truncation) instead of the raw logits. */
+  processedLogprobs?: boolean;
+}
+
+export interface NativeRequest {
+  /** Unique among live requests; below 2^53. */
+  id: number;
+  prompt: Int32Array;
+  /** Lower is more urgent; FCFS within a priority. */
+  priority?: number;
+  /** Prefix-cache namespace: blocks are shared only within one tenant. */
+  tenant?: string;
+  params?: NativeSamplingParams;
+}
+
+/** FinishReason in sequence.h: 0 none, 1 stop, 2 length, 3 abort, 4 timeout. */
+export type NativeFinishCode = 0 | 1 | 2 | 3 | 4;
+
+/** One engine step, column-wise: entry i of each per-token array belongs to one token. */
+export interface NativeStep {
+  ids: Float64Array;
+  tokens: Int32Array;
+  finish: Uint8Array;
+  /** NaN when the request asked for no logprobs. */
+  logprobs: Float32Array;
+  /** Token i's top logprobs are topIds/topLogprobs[topOffsets[i], +topCounts[i]). */
+  topOffsets: Int32Array;
+  topCounts: Int32Array;
+  topIds: Int32Array;
+  topLogprobs: Float32Array;
+  /** Requests finished without a token this step (abort or timeout). */
+  abortedIds: Float64Array;
+  abortedReasons: Uint8Array;
+  /** Set when the step failed: the loop has stopped and every live request is lost. */
+  fatal?: Error & { code: string };
+}
+
+export interface NativeEngineStats {
+  numWaiting: number;
+  numRunning: number;
+  kvBlocksTotal: number;
+  kvBlocksFree: number;
+  kvBlocksUsed: number;
+  kvBlocksCached: number;
+  /** Used blocks / total, in [0, 1]. */
+  kvUsage: number;
+  numPreemptions: number;
+  /** In tokens, like vLLM. */
+  prefixCacheQueries: number;
+  prefixCacheHits: number;
+  numSteps: number;
+  finishedStop: number;
+  finishedLength: number;
+  finishedAbort: number;
+  finishedTimeout: number;
+}
+
+export interface NativeEngineInfo {
+  model: {
+    architecture: string;
+    vocabSize: number;
+    hiddenSize: number;
+    numLayers: number;
+    numHeads: number;
+    numKvHeads: number;
+    headDim: number;
+    maxPositionEmbeddings: number;
+    bosTokenId: number;
+    eosTokenIds: number[];
+  };
+  engine: {
+    numBlocks: number;
+    blockSize: number;
+    maxNumBatchedTokens: number;
+    maxNumSeqs: number;
+    maxModelLen: number;
+    kvBytesPerBlock: number;
+  };
+  backend: 'cpu';
+  /** CPU kernels chosen at run time: "avx2+fma" or "portable". */
+  kernelIsa: string;
+  threads: number;
+  loadSeconds: number;
+}
+
+export interface NativeEngine {
+  /** Throws an Error with `code` (STRATA_INVALID_PARAM, STRATA_PROMPT_TOO_LONG, ...). */
+  submit(request: NativeRequest): void;
+  /** False when the id is not live; its finish is (or was) reported the other way. */
+  abort(id: number, reason?: 'abort' | 'timeout'): boolean;
+  stats(): NativeEngineStats;
+  info(): NativeEngineInfo;
+  /** Stops the loop; requests still live are dropped without a final event. */
+  close(): Promise<void>;
+}
+
 export interface NativeAddon {
   buildInfo(): NativeBuildInfo;
   cudaInfo(): CudaInfo;
+  /** Loads the model off the JS thread; onStep then runs once per engine step with output. */
+  loadEngine(options: NativeLoadOptions, onStep: (step: NativeStep) => void): Promise<NativeEngine>;
 }
 
 const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..');

@@ -30,10 +30,14 @@ describe('native addon', () => {
 
   it('builds and loads CPU-only, without nvcc', { timeout: 600_000 }, () => {
     const out = mkdtempSync(join(tmpdir(), 'strata-cpu-only-'));
-    const built = spawnSync(process.execPath, ['scripts/build-native.mjs', '--cpu-only', '--out', out], {
-      encoding: 'utf8',
-      env: { ...process.env, STRATA_CUDA_HOME: '' },
-    });
+    const built = spawnSync(
+      process.execPath,
+      ['scripts/build-native.mjs', '--cpu-only', '--target', 'strata_native', '--out', out],
+      {
+        encoding: 'utf8',
+        env: { ...process.env, STRATA_CUDA_HOME: '' },
+      },
+    );
     expect(built.status, built.stdout + built.stderr).toBe(0);
     const addon = loadNativeAddon(join(out, 'Release', 'strata_native.node'));
     expect(addon.buildInfo().cuda).toBe(false);

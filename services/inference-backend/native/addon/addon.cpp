@@ -3,6 +3,7 @@
 #include <napi.h>
 
 #include "cuda_probe.h"
+#include "engine_binding.h"
 
 namespace {
 
@@ -46,6 +47,8 @@ Napi::Value CudaInfo(const Napi::CallbackInfo& info) {
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("buildInfo", Napi::Function::New(env, BuildInfo, "buildInfo"));
   exports.Set("cudaInfo", Napi::Function::New(env, CudaInfo, "cudaInfo"));
+  exports.Set("NativeEngine", strata::addon::EngineBinding::Define(env));
+  exports.Set("loadEngine", Napi::Function::New(env, strata::addon::EngineBinding::Load, "loadEngine"));
   return exports;
 }
 

@@ -1,0 +1,182 @@
+// The typed face of the native engine: load a model, generate() a token stream per request,
+// abort, stats, close. Token level only: text, stop strings and chat live above this.
+import { type ErrorCode, isErrorCode, StrataError } from '@strata/common';
+import {
+  loadNativeAddon,
+  type NativeAddon,
+  type NativeEngine,
+  type NativeEngineInfo,
+  type NativeEngineStats,
+  type NativeLoadOptions,
+  type NativeSamplingParams,
+  type NativeStep,
+} from '../native.js';
+import { TokenStream } from './token-stream.js';
+
+export type FinishReason = 'stop' | 'length' | 'abort' | 'timeout';
+const FINISH_REASONS: readonly (FinishReason | undefined)[] = [
+  undefined,
+  'stop',
+  'length',
+  'abort',
+  'timeout',
+];
+
+export interface TopLogprob {
+  token: number;
+  logprob: number;
+}
+
+export interface GeneratedToken {
+  /** Absent on a final event that carries no token (abort, timeout). */
+  token?: number;
+  logprob?: number;
+  topLogprobs?: TopLogprob[];
+  /** Set on the request's last event. */
+  finishReason?: FinishReason;
+}
+
+export interface GenerateOptions {
+  priority?: number;
+  tenant?: string;
+  /** Aborting finishes the stream with finishReason 'abort' (or 'timeout' if the reason says so). */
+  signal?: AbortSignal;
+}
+
+/** A native error with its stable catalogue code, e.g. STRATA_INVALID_PARAM. */
+export class EngineError extends StrataError {
+  constructor(code: ErrorCode, message: string) {
+    super(code, message);
+    this.name = 'EngineError';
+  }
+}
+
+function asEngineError(err: unknown): EngineError {
+  if (err instanceof EngineError) return err;
+  const e = err as { code?: unknown; message?: unknown };
+  // Every native code is catalogued (test/error-codes.test.ts); anything else is an engine bug.
+  return new EngineError(isErrorCode(e.code) ? e.code : 'STRATA_ENGINE_ERROR', String(e.message ?? err));
+}
+
+export type EngineOptions = NativeLoadOptions;
+export type SamplingParams = NativeSamplingParams;
+
+export class Engine {
+  private readonly streams = new Map<number, TokenStream<GeneratedToken>>();
+  private nextId = 1;
+  private fatal: EngineError | undefined;
+  private closed = false;
+
+  private constructor(
+    private readonly native: NativeEngine,
+    readonly info: NativeEngineInfo,
+  ) {}
+
+  static async load(options: EngineOptions, addon: NativeAddon = loadNativeAddon()): Promise<Engine> {
+    let engine: Engine | undefined;
+    const native = await addon
+      .loadEngine(options, (step) => engine?.dispatch(step))
+      .catch((err: unknown) => {
+        throw asEngineError(err);
+      });
+    engine = new Engine(native, native.info());
+    return engine;
+  }
+
+  /**
+   * Submits a request and returns its token stream. Throws EngineError at once for bad input
+   * (STRATA_INVALID_PARAM, STRATA_PROMPT_TOO_LONG, ...), so nothing is queued for it.
+   */
+  generate(
+    prompt: ArrayLike<number>,
+    params: SamplingParams = {},
+    options: GenerateOptions = {},
+  ): TokenStream<GeneratedToken> {
+    if (this.closed) throw new EngineError('STRATA_ENGINE_CLOSED', 'the engine is closed');
+    if (this.fatal) throw this.fatal;
+    const id = this.nextId++;
+    const stream = new TokenStream<GeneratedToken>(() => {
+      this.streams.delete(id);
+      this.native.abort(id, 'abort');
+    });
+    try {
+      this.native.submit({
+        id,
+        prompt: Int32Array.from(prompt),
+        params,
+        ...(options.priority !== undefined ? { priority: options.priority } : {}),
+        ...(options.tenant !== undefined ? { tenant: options.tenant } : {}),
+      });
+    } catch (err) {
+      throw asEngineError(err);
+    }
+    this.streams.set(id, stream);
+    const signal = options.signal;
+    if (signal) {
+      const onAbort = () => this.native.abort(id, signal.reason === 'timeout' ? 'timeout' : 'abort');
+      if (signal.aborted) onAbort();
+      else signal.addEventListener('abort', onAbort, { once: true });
+    }
+    return stream;
+  }
+
+  stats(): NativeEngineStats {
+    return this.native.stats();
+  }
+
+  /** Requests still streaming. */
+  get liveRequests(): number {
+    return this.streams.size;
+  }
+
+  /** Fails every live stream with STRATA_ENGINE_CLOSED and stops the engine loop. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    const error = new EngineError('STRATA_ENGINE_CLOSED', 'the engine was closed while the request ran');
+    for (const stream of this.streams.values()) stream.fail(error);
+    this.streams.clear();
+    await this.native.close();
+  }
+
+  private dispatch(step: NativeStep): void {
+    for (let i = 0; i < step.ids.length; i++) {
+      const id = step.ids[i] as number;
+      const stream = this.streams.get(id);
+      if (!stream) continue; // cancelled by its consumer
+      const event: GeneratedToken = { token: step.tokens[i] as number };
+      const logprob = step.logprobs[i] as number;
+      if (!Number.isNaN(logprob)) {
+        event.logprob = logprob;
+        const offset = step.topOffsets[i] as number;
+        const count = step.topCounts[i] as number;
+        if (count > 0) {
+          event.topLogprobs = Array.from({ length: count }, (_, k) => ({
+            token: step.topIds[offset + k] as number,
+            logprob: step.topLogprobs[offset + k] as number,
+          }));
+        }
+      }
+      const finish = FINISH_REASONS[step.finish[i] as number];
+      if (finish) event.finishReason = finish;
+      stream.push(event);
+      if (finish) {
+        stream.end();
+        this.streams.delete(id);
+      }
+    }
+    for (let i = 0; i < step.abortedIds.length; i++) {
+      const id = step.abortedIds[i] as number;
+      const stream = this.streams.get(id);
+      if (!stream) continue;
+      stream.push({ finishReason: FINISH_REASONS[step.abortedReasons[i] as number] ?? 'abort' });
+      stream.end();
+      this.streams.delete(id);
+    }
+    if (step.fatal) {
+      this.fatal = asEngineError(step.fatal);
+      for (const stream of this.streams.values()) stream.fail(this.fatal);
+      this.streams.clear();
+    }
+  }
+}

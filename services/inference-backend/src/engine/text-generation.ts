@@ -1,0 +1,113 @@
+// Text in, streamed text out: tokenizes the prompt, drives one engine request, turns its
+// tokens into UTF-8-safe text deltas and ends the output at the first stop string. This is
+// what the HTTP routes stream as SSE; the engine below it only sees token ids.
+import { StrataError } from '@strata/common';
+import { IncrementalDetokenizer } from '../model/detokenizer.js';
+import { StopMatcher } from '../model/stop.js';
+import type { Tokenizer } from '../model/tokenizer.js';
+import type { Engine, FinishReason, GenerateOptions, SamplingParams, TopLogprob } from './engine.js';
+
+export interface TextRequest extends GenerateOptions {
+  /** Text (tokenized here, BOS per the model's configs) or token ids used as they are. */
+  prompt: string | readonly number[];
+  params?: SamplingParams;
+  stop?: readonly string[];
+  includeStopString?: boolean;
+}
+
+/** One generated token and the text it made final (may be '' while a character is unfinished). */
+export interface TextToken {
+  type: 'token';
+  id: number;
+  /** Position in the output, from 0. */
+  index: number;
+  text: string;
+  logprob?: number;
+  topLogprobs?: TopLogprob[];
+}
+
+export interface TextDone {
+  type: 'done';
+  finishReason: FinishReason;
+  /** Set when a stop string ended the output. */
+  stop?: string;
+  /** Text still held at the end (a partial stop-string candidate or an unfinished character). */
+  text: string;
+  usage: { inputTokens: number; outputTokens: number };
+}
+
+export type TextEvent = TextToken | TextDone;
+
+export class TextGenerator {
+  constructor(
+    readonly engine: Engine,
+    readonly tokenizer: Tokenizer,
+  ) {}
+
+  async promptIds(prompt: string | readonly number[]): Promise<number[]> {
+    const ids = typeof prompt === 'string' ? await this.tokenizer.encode(prompt) : [...prompt];
+    if (ids.length === 0) throw new StrataError('STRATA_INVALID_REQUEST', 'the prompt is empty');
+    return ids;
+  }
+
+  /** Streams token events, then one done event. Bad input throws before anything is queued. */
+  async *stream(request: TextRequest): AsyncGenerator<TextEvent> {
+    const promptIds = await this.promptIds(request.prompt);
+    const stops = new StopMatcher(request.stop ?? [], {
+      includeStopString: request.includeStopString ?? false,
+    });
+    const detok = new IncrementalDetokenizer(this.tokenizer, { promptIds });
+    const controller = new AbortController();
+    const abortFromCaller = () => controller.abort(request.signal?.reason);
+    request.signal?.addEventListener('abort', abortFromCaller, { once: true });
+    if (request.signal?.aborted) abortFromCaller();
+    const tokens = this.engine.generate(promptIds, request.params, {
+      signal: controller.signal,
+      ...(request.priority !== undefined ? { priority: request.priority } : {}),
+      ...(request.tenant !== undefined ? { tenant: request.tenant } : {}),
+    });
+    let index = 0;
+    let finishReason: FinishReason = 'abort';
+    let stop: string | undefined;
+    try {
+      for await (const event of tokens) {
+        if (event.token !== undefined) {
+          const { text, stop: matched } = stops.push(detok.push([event.token]));
+          const out: TextToken = { type: 'token', id: event.token, index: index++, text };
+          if (event.logprob !== undefined) out.logprob = event.logprob;
+          if (event.topLogprobs) out.topLogprobs = event.topLogprobs;
+          yield out;
+          if (matched !== null) {
+            stop = matched;
+            finishReason = 'stop';
+            break; // leaving the stream cancels the engine request and frees its blocks
+          }
+        }
+        if (event.finishReason) finishReason = event.finishReason;
+      }
+    } finally {
+      request.signal?.removeEventListener('abort', abortFromCaller);
+    }
+    const tail = stop === undefined ? stops.push(detok.finish()).text + stops.finish() : '';
+    const done: TextDone = {
+      type: 'done',
+      finishReason,
+      text: tail,
+      usage: { inputTokens: promptIds.length, outputTokens: index },
+    };
+    if (stop !== undefined) done.stop = stop;
+    yield done;
+  }
+
+  /** The whole output at once. */
+  async complete(request: TextRequest): Promise<{ text: string; tokenIds: number[]; done: TextDone }> {
+    let text = '';
+    const tokenIds: number[] = [];
+    for await (const event of this.stream(request)) {
+      text += event.text;
+      if (event.type === 'token') tokenIds.push(event.id);
+      else return { text, tokenIds, done: event };
+    }
+    throw new StrataError('STRATA_ENGINE_ERROR', 'the token stream ended without a done event');
+  }
+}

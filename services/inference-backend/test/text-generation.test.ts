@@ -1,0 +1,100 @@
+// Text in, text out, on the real tinystories-656k model: detokenization, stop strings, abort.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Engine } from '../src/engine/engine.js';
+import { type TextEvent, TextGenerator } from '../src/engine/text-generation.js';
+import { Tokenizer } from '../src/model/tokenizer.js';
+import { modelPath } from './support/models.js';
+
+let generator: TextGenerator;
+beforeAll(async () => {
+  const dir = modelPath('tinystories-656k');
+  generator = new TextGenerator(
+    await Engine.load({ modelDir: dir, numBlocks: 256 }),
+    await Tokenizer.load(dir),
+  );
+});
+afterAll(() => generator.engine.close());
+
+const greedy = { temperature: 0, maxTokens: 60, ignoreEos: true };
+const PROMPT = 'Once upon a time, there was a little dog named';
+
+describe('text generation', () => {
+  it('streams deltas whose concatenation is the decoded output', async () => {
+    const { text, tokenIds, done } = await generator.complete({ prompt: PROMPT, params: greedy });
+    expect(tokenIds).toHaveLength(60);
+    expect(done).toMatchObject({ finishReason: 'length', usage: { outputTokens: 60 } });
+    expect(done.usage.inputTokens).toBe((await generator.tokenizer.encode(PROMPT)).length);
+    const promptIds = await generator.tokenizer.encode(PROMPT);
+    const full = generator.tokenizer.decode([...promptIds, ...tokenIds]);
+    expect(full).toBe(generator.tokenizer.decode(promptIds) + text);
+  });
+
+  it('keeps the leading space of the first output word, as in the continued text', async () => {
+    // Cut a greedy continuation just before a word-start piece ("▁...") and continue from there.
+    const tok = generator.tokenizer;
+    const base = await generator.complete({ prompt: PROMPT, params: greedy });
+    const k = base.tokenIds.findIndex((id, i) => i > 0 && (tok.piece(id) ?? '').startsWith('\u2581'));
+    expect(k).toBeGreaterThan(0);
+    const prefix = [...(await tok.encode(PROMPT)), ...base.tokenIds.slice(0, k)];
+    const next = await generator.complete({ prompt: prefix, params: { ...greedy, maxTokens: 3 } });
+    expect(next.tokenIds[0]).toBe(base.tokenIds[k]);
+    expect(next.text).toMatch(/^ \S/);
+    expect(tok.decode([...prefix, ...next.tokenIds])).toBe(tok.decode(prefix) + next.text);
+  });
+
+  it('ends the output before a stop string that spans tokens, and frees the request', async () => {
+    const { text } = await generator.complete({ prompt: PROMPT, params: greedy });
+    // A stop string made of the end of one word and the start of the next, from the middle.
+    const cut = Math.floor(text.length / 2);
+    const space = text.indexOf(' ', cut);
+    const stop = text.slice(space - 2, space + 3);
+    const events: TextEvent[] = [];
+    for await (const e of generator.stream({ prompt: PROMPT, params: greedy, stop: [stop] })) events.push(e);
+    const done = events.at(-1);
+    const streamed = events.map((e) => e.text).join('');
+    expect(done).toMatchObject({ type: 'done', finishReason: 'stop', stop });
+    expect(streamed).toBe(text.slice(0, text.indexOf(stop)));
+    expect(done?.type === 'done' && done.usage.outputTokens).toBeLessThan(60);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(generator.engine.stats().kvBlocksUsed).toBe(0);
+  });
+
+  it('keeps the stop string when asked, and sends everything when no stop matches', async () => {
+    const { text } = await generator.complete({ prompt: PROMPT, params: greedy });
+    const stop = text.slice(10, 14);
+    const kept = await generator.complete({
+      prompt: PROMPT,
+      params: greedy,
+      stop: [stop],
+      includeStopString: true,
+    });
+    expect(kept.text).toBe(text.slice(0, text.indexOf(stop) + stop.length));
+    const none = await generator.complete({ prompt: PROMPT, params: greedy, stop: ['\u2603 never'] });
+    expect(none.text).toBe(text);
+    expect(none.done.finishReason).toBe('length');
+  });
+
+  it('finishes with abort when the caller aborts', async () => {
+    const controller = new AbortController();
+    let tokens = 0;
+    let last: TextEvent | undefined;
+    for await (const e of generator.stream({
+      prompt: PROMPT,
+      params: { ...greedy, maxTokens: 400 },
+      signal: controller.signal,
+    })) {
+      last = e;
+      if (e.type === 'token' && ++tokens === 4) controller.abort();
+    }
+    expect(last).toMatchObject({ type: 'done', finishReason: 'abort' });
+  });
+
+  it('rejects an empty prompt and a bad stop string before queueing anything', async () => {
+    await expect(generator.complete({ prompt: [], params: greedy })).rejects.toMatchObject({
+      code: 'STRATA_INVALID_REQUEST',
+    });
+    await expect(generator.complete({ prompt: PROMPT, params: greedy, stop: [''] })).rejects.toMatchObject({
+      code: 'STRATA_INVALID_PARAM',
+    });
+  });
+});
