@@ -69,6 +69,21 @@ void Sampler::sample(Sequence& seq, float* x, SampleResult& out) {
   out.top.clear();
 
   const bool greedy = p.temperature < kGreedyTemperature;
+  if (greedy && !(p.logprobs >= 0 && p.processed_logprobs)) {
+    // Argmax straight over the logits; strict > keeps the lowest id on ties and skips NaN.
+    int32_t best = -1;
+    float best_logit = kNegInf;
+    for (int32_t v = 0; v < vocab_size_; ++v) {
+      if (x[v] > best_logit) {
+        best_logit = x[v];
+        best = v;
+      }
+    }
+    out.token = best < 0 ? 0 : best;  // every token masked: only when all are stop ids under min_tokens
+    out.logprob = 0.0f;
+    if (raw_logprobs) fill_raw_logprobs(p.logprobs, out);
+    return;
+  }
   const float inv_t = greedy ? 1.0f : 1.0f / p.temperature;
   cand_.clear();
   for (int32_t v = 0; v < vocab_size_; ++v) {
@@ -86,6 +101,8 @@ void Sampler::sample(Sequence& seq, float* x, SampleResult& out) {
     return;
   }
   auto better = [x](int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); };
+
+  if (greedy) out.token = *std::min_element(cand_.begin(), cand_.end(), better);  // processed logprobs follow
 
   bool sorted = false;
   if (!greedy) {
@@ -127,9 +144,7 @@ void Sampler::sample(Sequence& seq, float* x, SampleResult& out) {
     z = weigh();
   }
 
-  if (greedy) {
-    out.token = *std::min_element(cand_.begin(), cand_.end(), better);
-  } else {  // inverse CDF in candidate order (descending when sorted, else by id): deterministic
+  if (!greedy) {  // inverse CDF in candidate order (descending when sorted, else by id): deterministic
     const double target = u * z;
     double acc = 0.0;
     out.token = cand_.back();
