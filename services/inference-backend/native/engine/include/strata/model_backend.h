@@ -46,8 +46,9 @@ struct StepBatch {
   std::vector<SeqSlice> seqs;
 };
 
-// KV memory layout (owned by the backend): for each layer, K and V each hold
-// (num_blocks, num_kv_heads, block_size, head_dim) floats in the backend's KV dtype.
+// The KV pool is owned by the backend, which picks its layout and dtype; the core only deals
+// in block ids. One block holds block_size tokens' K and V for every layer and kv head (the CPU
+// backend's layout is in model/src/kv_cache.h).
 class ModelBackend {
  public:
   virtual ~ModelBackend() = default;

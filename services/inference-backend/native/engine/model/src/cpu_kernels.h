@@ -35,22 +35,34 @@ struct GemmArgs {
   bool accumulate = false;
 };
 
-// One token's attention for the query heads that share one KV head, over positions
-// [0, context) of a paged cache.
+// Causal attention of a run of consecutive tokens of one sequence, for the query heads that
+// share one KV head, over a paged cache. Row r = t * group + h is token t's head h; token t
+// attends to positions [0, context + t).
 struct AttendArgs {
-  const float* q = nullptr;            // (group, head_dim) the token's queries
-  float* out = nullptr;                // (group, head_dim) softmax(q K^T * scale) V
+  const float* q = nullptr;            // token t's (group, head_dim) queries at q + t * q_stride
+  int64_t q_stride = 0;
+  float* out = nullptr;                // token t's (group, head_dim) outputs at out + t * out_stride
+  int64_t out_stride = 0;
+  int32_t tokens = 0;
   int32_t group = 0;                   // query heads per kv head
   int32_t head_dim = 0;
-  int32_t context = 0;                 // keys to attend to
+  int32_t context = 0;                 // keys the first token attends to
   float scale = 0.0f;
-  const float* keys = nullptr;         // the layer's K pool, offset to this kv head's rows
+  const float* keys = nullptr;         // the layer's K pool, offset to this kv head's (head_dim, block_size) keys
   const float* values = nullptr;       // the layer's V pool, likewise
   int64_t block_stride = 0;            // floats per block in the pool
   int32_t block_size = 0;
   const int32_t* block_table = nullptr;
-  float* scores = nullptr;             // scratch (group, context)
+  float* scratch = nullptr;            // attend_scratch_floats(...) floats
 };
+
+// Padded key count the attention kernel works in: multiples of 16 keys.
+inline int64_t attend_padded(int64_t context) { return (context + 15) / 16 * 16; }
+// Scratch for AttendArgs with `rows` = tokens * group rows and the last token's context.
+inline int64_t attend_scratch_floats(int64_t rows, int64_t head_dim, int64_t last_context) {
+  (void)head_dim;
+  return rows * (attend_padded(last_context) + 16);
+}
 
 struct CpuKernels {
   const char* isa;  // "avx2+fma" or "portable"

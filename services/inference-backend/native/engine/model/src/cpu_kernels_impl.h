@@ -65,6 +65,18 @@ void gemm_tile(const strata::GemmArgs& g, int64_t m0, int64_t panel0) {
   for (int p = 0; p < NP; ++p) {
     const int64_t n0 = (panel0 + p) * P;
     const int64_t columns = std::min<int64_t>(P, g.w->n - n0);
+    if (columns == P) {  // whole panel: the same adds as below, 8 lanes at a time
+      for (int h = 0; h < 2; ++h) {
+        const Vec::T bias = g.bias != nullptr ? Vec::load(g.bias + n0 + 8 * h) : Vec::zero();
+        for (int i = 0; i < MR; ++i) {
+          float* c = g.c + (m0 + i) * g.ldc + n0 + 8 * h;
+          Vec::T sum = acc[i][2 * p + h];
+          if (g.bias != nullptr) sum = Vec::add(sum, bias);
+          Vec::store(c, g.accumulate ? Vec::add(Vec::load(c), sum) : sum);
+        }
+      }
+      continue;
+    }
     for (int i = 0; i < MR; ++i) {
       float sums[P];
       Vec::store(sums, acc[i][2 * p]);
@@ -106,34 +118,6 @@ void gemm_impl(const strata::GemmArgs& g, int64_t panel_begin, int64_t panel_end
   }
 }
 
-void axpy_impl(float alpha, const float* x, float* y, int64_t n) {
-  const Vec::T va = Vec::set1(alpha);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) Vec::store(y + i, Vec::fmadd(va, Vec::load(x + i), Vec::load(y + i)));
-  for (; i < n; ++i) {
-    // The tail goes through the same vector op so every element rounds alike.
-    float xs[8] = {x[i]}, ys[8] = {y[i]};
-    Vec::store(ys, Vec::fmadd(va, Vec::load(xs), Vec::load(ys)));
-    y[i] = ys[0];
-  }
-}
-
-float exp_shifted_sum_impl(float* x, int64_t n, float shift) {
-  const Vec::T vs = Vec::set1(shift);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) Vec::store(x + i, exp_poly<Vec>(Vec::sub(Vec::load(x + i), vs)));
-  if (i < n) {
-    float tail[8] = {};
-    const int rest = static_cast<int>(n - i);
-    std::copy(x + i, x + n, tail);
-    Vec::store(tail, exp_poly<Vec>(Vec::sub(Vec::load(tail), vs)));
-    std::copy(tail, tail + rest, x + i);
-  }
-  float sum = 0.0f;
-  for (int64_t j = 0; j < n; ++j) sum += x[j];
-  return sum;
-}
-
 void silu_mul_impl(const float* gate, const float* up, float* out, int64_t n) {
   const Vec::T one = Vec::set1(1.0f), minus_one = Vec::set1(-1.0f);
   const auto block = [&](const float* g8, const float* u8, float* o8) {
@@ -153,47 +137,149 @@ void silu_mul_impl(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+// Attention, as small GEMMs. Scores of up to MR query rows against 16 keys at a time: each
+// score is one accumulator lane updated by fmadd for d = 0, 1, ..., head_dim-1 in order, then
+// scaled, whatever the tile or the block size. Keys are stored (head_dim, block_size) per block.
+template <int MR>
+void score_tile(const strata::AttendArgs& a, const float* const* q, int32_t context, float* const* scores) {
+  const Vec::T vscale = Vec::set1(a.scale);
+  const int32_t hd = a.head_dim, bs = a.block_size;
+  for (int32_t base = 0; base < context; base += bs) {
+    const float* block = a.keys + a.block_table[base / bs] * a.block_stride;
+    const int32_t in_block = std::min(bs, context - base);
+    for (int32_t s = 0; s < in_block; s += 16) {
+      const int cols = std::min(16, in_block - s);
+      Vec::T acc[MR][2];
+      for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = Vec::zero();
+      const float* k = block + s;
+      if (cols == 16) {
+        for (int32_t d = 0; d < hd; ++d, k += bs) {
+          const Vec::T k0 = Vec::load(k), k1 = Vec::load(k + 8);
+          for (int i = 0; i < MR; ++i) {
+            const Vec::T qd = Vec::set1(q[i][d]);
+            acc[i][0] = Vec::fmadd(qd, k0, acc[i][0]);
+            acc[i][1] = Vec::fmadd(qd, k1, acc[i][1]);
+          }
+        }
+      } else {
+        const int c0 = std::min(cols, 8), c1 = std::max(cols - 8, 0);
+        for (int32_t d = 0; d < hd; ++d, k += bs) {
+          const Vec::T k0 = Vec::load_tail(k, c0), k1 = Vec::load_tail(k + 8, c1);
+          for (int i = 0; i < MR; ++i) {
+            const Vec::T qd = Vec::set1(q[i][d]);
+            acc[i][0] = Vec::fmadd(qd, k0, acc[i][0]);
+            acc[i][1] = Vec::fmadd(qd, k1, acc[i][1]);
+          }
+        }
+      }
+      // Lanes past the block are stored too (as 0); the next block overwrites them and the
+      // row has 16 floats of slack past its padded length.
+      for (int i = 0; i < MR; ++i) {
+        Vec::store(scores[i] + base + s, Vec::mul(acc[i][0], vscale));
+        Vec::store(scores[i] + base + s + 8, Vec::mul(acc[i][1], vscale));
+      }
+    }
+  }
+}
+
+// Scores [0, n) of one row -> softmax probabilities; [n, padded) -> 0. The sum runs in 8 lane
+// partial sums in key order, then hsum: fixed for a given n.
+void softmax_row(float* x, int64_t n, int64_t padded) {
+  float max_score = -3.4e38f;
+  for (int64_t i = 0; i < n; ++i) max_score = std::max(max_score, x[i]);
+  const Vec::T vmax = Vec::set1(max_score);
+  Vec::T sum = Vec::zero();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const Vec::T e = exp_poly<Vec>(Vec::sub(Vec::load(x + i), vmax));
+    Vec::store(x + i, e);
+    sum = Vec::add(sum, e);
+  }
+  if (i < n) {
+    const int rest = static_cast<int>(n - i);
+    float tail[8] = {};
+    std::copy(x + i, x + n, tail);
+    Vec::store(tail, exp_poly<Vec>(Vec::sub(Vec::load(tail), vmax)));
+    std::copy(tail, tail + rest, x + i);
+    sum = Vec::add(sum, Vec::load_tail(tail, rest));
+  }
+  const Vec::T inv = Vec::set1(1.0f / Vec::hsum(sum));
+  // n <= padded and padded is a multiple of 16, so whole vectors stay inside the row.
+  for (i = 0; i < n; i += 8) Vec::store(x + i, Vec::mul(Vec::load(x + i), inv));
+  std::fill(x + n, x + padded, 0.0f);
+}
+
+// out rows = p rows * V over keys [0, context): each output element is one accumulator lane
+// updated by fmadd for keys 0, 1, ..., in order. Probabilities past a row's own context are 0,
+// and fmadd(0, v, acc) == acc exactly, so a row's result does not depend on its tile mates.
+template <int MR, bool kFull>
+void pv_tile(const strata::AttendArgs& a, const float* const* p, int32_t context, float* const* out) {
+  const int32_t hd = a.head_dim;
+  for (int32_t j0 = 0; j0 < hd; j0 += 16) {
+    const int cols = std::min(16, hd - j0);
+    const int c0 = std::min(cols, 8), c1 = std::max(cols - 8, 0);
+    Vec::T acc[MR][2];
+    for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = Vec::zero();
+    for (int32_t base = 0; base < context; base += a.block_size) {
+      const float* v = a.values + a.block_table[base / a.block_size] * a.block_stride + j0;
+      const int32_t in_block = std::min(a.block_size, context - base);
+      for (int32_t s = 0; s < in_block; ++s, v += hd) {
+        const Vec::T v0 = kFull ? Vec::load(v) : Vec::load_tail(v, c0);
+        const Vec::T v1 = kFull ? Vec::load(v + 8) : Vec::load_tail(v + 8, c1);
+        for (int i = 0; i < MR; ++i) {
+          const Vec::T w = Vec::set1(p[i][base + s]);
+          acc[i][0] = Vec::fmadd(w, v0, acc[i][0]);
+          acc[i][1] = Vec::fmadd(w, v1, acc[i][1]);
+        }
+      }
+    }
+    for (int i = 0; i < MR; ++i) {
+      if (kFull) {
+        Vec::store(out[i] + j0, acc[i][0]);
+        Vec::store(out[i] + j0 + 8, acc[i][1]);
+      } else {
+        float tmp[16];
+        Vec::store(tmp, acc[i][0]);
+        Vec::store(tmp + 8, acc[i][1]);
+        std::copy(tmp, tmp + cols, out[i] + j0);
+      }
+    }
+  }
+}
+
+template <int MR>
+void attend_rows(const strata::AttendArgs& a, int64_t ld, float* probs, int32_t r0) {
+  const int32_t hd = a.head_dim;
+  const float* q[MR];
+  float* out[MR];
+  float* p[MR];
+  for (int i = 0; i < MR; ++i) {
+    const int32_t t = (r0 + i) / a.group, h = (r0 + i) % a.group;
+    q[i] = a.q + t * a.q_stride + int64_t{h} * hd;
+    out[i] = a.out + t * a.out_stride + int64_t{h} * hd;
+    p[i] = probs + int64_t{r0 + i} * ld;
+  }
+  const int32_t last_context = a.context + (r0 + MR - 1) / a.group;
+  score_tile<MR>(a, q, last_context, p);
+  for (int i = 0; i < MR; ++i) softmax_row(p[i], a.context + (r0 + i) / a.group, strata::attend_padded(last_context));
+  if (hd % 16 == 0) pv_tile<MR, true>(a, p, last_context, out);
+  else pv_tile<MR, false>(a, p, last_context, out);
+}
+
 // Keys and values are visited block by block in position order; each head's scores, softmax
 // and weighted sum of values follow one fixed order, whatever else is in the step.
 void attend_impl(const strata::AttendArgs& a) {
-  const int32_t hd = a.head_dim, group = a.group;
-  constexpr int kMaxGroup = 16;  // heads per kv head handled per pass
-  for (int32_t h0 = 0; h0 < group; h0 += kMaxGroup) {
-    const int32_t heads = std::min(kMaxGroup, group - h0);
-    float max_score[kMaxGroup];
-    for (int32_t h = 0; h < heads; ++h) max_score[h] = -3.4e38f;
-    for (int32_t base = 0; base < a.context; base += a.block_size) {
-      const float* block = a.keys + a.block_table[base / a.block_size] * a.block_stride;
-      const int32_t in_block = std::min(a.block_size, a.context - base);
-      for (int32_t s = 0; s < in_block; ++s) {
-        const float* key = block + int64_t{s} * hd;
-        for (int32_t h = 0; h < heads; ++h) {
-          const float* q = a.q + int64_t{h0 + h} * hd;
-          Vec::T acc = Vec::zero();
-          int32_t d = 0;
-          for (; d + 8 <= hd; d += 8) acc = Vec::fmadd(Vec::load(q + d), Vec::load(key + d), acc);
-          if (d < hd) acc = Vec::fmadd(Vec::load_tail(q + d, hd - d), Vec::load_tail(key + d, hd - d), acc);
-          const float score = Vec::hsum(acc) * a.scale;
-          a.scores[int64_t{h} * a.context + base + s] = score;
-          max_score[h] = std::max(max_score[h], score);
-        }
-      }
-    }
-    float inv_sum[kMaxGroup];
-    for (int32_t h = 0; h < heads; ++h) {
-      inv_sum[h] = 1.0f / exp_shifted_sum_impl(a.scores + int64_t{h} * a.context, a.context, max_score[h]);
-      std::fill(a.out + int64_t{h0 + h} * hd, a.out + int64_t{h0 + h + 1} * hd, 0.0f);
-    }
-    for (int32_t base = 0; base < a.context; base += a.block_size) {
-      const float* block = a.values + a.block_table[base / a.block_size] * a.block_stride;
-      const int32_t in_block = std::min(a.block_size, a.context - base);
-      for (int32_t s = 0; s < in_block; ++s) {
-        const float* value = block + int64_t{s} * hd;
-        for (int32_t h = 0; h < heads; ++h) {
-          axpy_impl(a.scores[int64_t{h} * a.context + base + s] * inv_sum[h], value, a.out + int64_t{h0 + h} * hd, hd);
-        }
-      }
-    }
+  const int32_t rows = a.tokens * a.group;
+  const int64_t ld = strata::attend_padded(a.context + a.tokens - 1) + 16;
+  float* probs = a.scratch;  // (rows, ld)
+  constexpr int kAttMR = 4;
+  int32_t r = 0;
+  for (; r + kAttMR <= rows; r += kAttMR) attend_rows<kAttMR>(a, ld, probs, r);
+  switch (rows - r) {
+    case 1: attend_rows<1>(a, ld, probs, r); break;
+    case 2: attend_rows<2>(a, ld, probs, r); break;
+    case 3: attend_rows<3>(a, ld, probs, r); break;
+    default: break;
   }
 }
 

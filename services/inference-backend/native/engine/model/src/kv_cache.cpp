@@ -18,9 +18,10 @@ void KvCache::write(int32_t layer, int32_t block, int32_t slot, const float* k, 
   float* k_dst = keys(layer, block);
   float* v_dst = values(layer, block);
   for (int32_t h = 0; h < num_kv_heads_; ++h) {
-    const int64_t dst = (int64_t{h} * block_size_ + slot) * head_dim_;
-    std::copy(k + int64_t{h} * head_dim_, k + int64_t{h + 1} * head_dim_, k_dst + dst);
-    std::copy(v + int64_t{h} * head_dim_, v + int64_t{h + 1} * head_dim_, v_dst + dst);
+    const int64_t head = int64_t{h} * block_size_ * head_dim_;
+    // K transposed, (head_dim, block_size): the attention kernel scores 16 keys per vector pair.
+    for (int32_t d = 0; d < head_dim_; ++d) k_dst[head + int64_t{d} * block_size_ + slot] = k[int64_t{h} * head_dim_ + d];
+    std::copy(v + int64_t{h} * head_dim_, v + int64_t{h + 1} * head_dim_, v_dst + head + int64_t{slot} * head_dim_);
   }
 }
 

@@ -1,6 +1,7 @@
-// The paged KV pool of the CPU backend, fp32. Per layer, K and V each hold
-// (num_blocks, num_kv_heads, block_size, head_dim) floats, so one block of one layer is a
-// contiguous (num_kv_heads, block_size, head_dim) slab.
+// The paged KV pool of the CPU backend, fp32. Per layer, V holds
+// (num_blocks, num_kv_heads, block_size, head_dim) floats and K the same with each head's
+// keys transposed, (num_blocks, num_kv_heads, head_dim, block_size); one block of one layer is
+// a contiguous slab of num_kv_heads * block_size * head_dim floats either way.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,7 @@ class KvCache {
   int32_t num_blocks() const { return num_blocks_; }
   int32_t block_size() const { return block_size_; }
 
-  // Slab (num_kv_heads, block_size, head_dim) of one block.
+  // Slab of one block: keys (num_kv_heads, head_dim, block_size), values (num_kv_heads, block_size, head_dim).
   float* keys(int32_t layer, int32_t block) { return storage_.data() + offset(layer, 0, block); }
   float* values(int32_t layer, int32_t block) { return storage_.data() + offset(layer, 1, block); }
   const float* keys(int32_t layer, int32_t block) const { return storage_.data() + offset(layer, 0, block); }

@@ -29,11 +29,14 @@ void paged_attention(ThreadPool& pool, const CpuKernels& kernels, const KvCache&
   const int32_t group = shape.num_heads / shape.num_kv_heads;  // query heads per kv head
   const int64_t block_stride = int64_t{shape.num_kv_heads} * cache.block_size() * shape.head_dim;
   pool.parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t index) {
-    thread_local std::vector<float> scores;
+    thread_local std::vector<float> scratch;
     const Task& task = tasks[index];
     const AttentionSlice& slice = slices[task.slice];
     const int32_t last = std::min(slice.n_tokens, task.first_token + kQueryChunk);
-    scores.resize(static_cast<size_t>(group) * (slice.start_pos + last));
+    const int32_t tokens = last - task.first_token;
+    const size_t need = static_cast<size_t>(
+        attend_scratch_floats(int64_t{tokens} * group, shape.head_dim, int64_t{slice.start_pos} + last));
+    if (scratch.size() < need) scratch.resize(need);
 
     AttendArgs args;
     args.group = group;
@@ -45,15 +48,16 @@ void paged_attention(ThreadPool& pool, const CpuKernels& kernels, const KvCache&
     args.block_stride = block_stride;
     args.block_size = cache.block_size();
     args.block_table = slice.block_table;
-    args.scores = scores.data();
-    for (int32_t t = task.first_token; t < last; ++t) {
-      const int64_t row = slice.first_row + t;
-      const int64_t first_head = int64_t{task.kv_head} * group;
-      args.context = slice.start_pos + t + 1;  // causal: keys up to and including itself
-      args.q = q + row * q_stride + first_head * shape.head_dim;
-      args.out = out + row * out_stride + first_head * shape.head_dim;
-      kernels.attend(args);
-    }
+    args.scratch = scratch.data();
+    const int64_t row = slice.first_row + task.first_token;
+    const int64_t first_head = int64_t{task.kv_head} * group;
+    args.tokens = tokens;
+    args.context = slice.start_pos + task.first_token + 1;  // causal: keys up to and including itself
+    args.q = q + row * q_stride + first_head * shape.head_dim;
+    args.q_stride = q_stride;
+    args.out = out + row * out_stride + first_head * shape.head_dim;
+    args.out_stride = out_stride;
+    kernels.attend(args);
   });
 }
 
