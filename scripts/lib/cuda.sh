@@ -17,13 +17,25 @@ find_nvcc() {
   done
 }
 
+# pip fetches the compiler wheels; on a bare Debian/Ubuntu machine (as root) it comes from apt.
+ensure_pip() {
+  python3 -m pip --version >/dev/null 2>&1 && return
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing python3-pip from the distribution's packages (for the CUDA compiler wheels)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null ||
+      die "apt-get could not install python3-pip"
+  else
+    die "STRATA_CUDA=install needs python3 with pip: install python3-pip, or set STRATA_CUDA=off for a CPU-only build"
+  fi
+}
+
 # Prints the CUDA toolkit root to build against, or nothing for a CPU-only build.
 resolve_cuda_home() {
   local mode="${STRATA_CUDA:-auto}" nvcc
   [ "$mode" = off ] && return
   nvcc=$(find_nvcc)
   if [ -z "$nvcc" ] && [ "$mode" = install ]; then
-    command -v python3 >/dev/null || die "STRATA_CUDA=install needs python3 with pip (or set STRATA_CUDA=off)"
+    ensure_pip
     log "installing the CUDA 13 compiler from PyPI into .toolchain/cuda"
     python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$toolchain_dir/cuda" \
       "${STRATA_CUDA_WHEELS[@]}" >&2 || die "pip could not install the CUDA compiler wheels"

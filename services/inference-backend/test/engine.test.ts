@@ -1,4 +1,5 @@
 // The engine through the N-API boundary, on the real tinystories-656k weights.
+import { getEventListeners } from 'node:events';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, EngineError, type GeneratedToken, type SamplingParams } from '../src/engine/engine.js';
 import { modelPath } from './support/models.js';
@@ -112,6 +113,14 @@ describe('engine', () => {
     expect(events.length).toBeLessThan(400);
     await waitIdle(engine);
     expect(engine.stats().kvBlocksUsed).toBe(0);
+  });
+
+  it('detaches its AbortSignal listener once a request finishes', async () => {
+    const controller = new AbortController();
+    for (let i = 0; i < 20; i++) {
+      await collect(engine.generate(PROMPT, { temperature: 0, maxTokens: 2 }, { signal: controller.signal }));
+    }
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0);
   });
 
   it('cancels a request whose consumer stops reading', async () => {

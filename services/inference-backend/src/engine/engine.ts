@@ -63,6 +63,8 @@ export type SamplingParams = NativeSamplingParams;
 
 export class Engine {
   private readonly streams = new Map<number, TokenStream<GeneratedToken>>();
+  /** Per live request: detaches its AbortSignal listener once the request has finished. */
+  private readonly cleanups = new Map<number, () => void>();
   private nextId = 1;
   private fatal: EngineError | undefined;
   private closed = false;
@@ -96,7 +98,7 @@ export class Engine {
     if (this.fatal) throw this.fatal;
     const id = this.nextId++;
     const stream = new TokenStream<GeneratedToken>(() => {
-      this.streams.delete(id);
+      this.forget(id);
       this.native.abort(id, 'abort');
     });
     try {
@@ -115,7 +117,10 @@ export class Engine {
     if (signal) {
       const onAbort = () => this.native.abort(id, signal.reason === 'timeout' ? 'timeout' : 'abort');
       if (signal.aborted) onAbort();
-      else signal.addEventListener('abort', onAbort, { once: true });
+      else {
+        signal.addEventListener('abort', onAbort, { once: true });
+        this.cleanups.set(id, () => signal.removeEventListener('abort', onAbort));
+      }
     }
     return stream;
   }
@@ -134,8 +139,10 @@ export class Engine {
     if (this.closed) return;
     this.closed = true;
     const error = new EngineError('STRATA_ENGINE_CLOSED', 'the engine was closed while the request ran');
-    for (const stream of this.streams.values()) stream.fail(error);
-    this.streams.clear();
+    for (const [id, stream] of this.streams) {
+      stream.fail(error);
+      this.forget(id);
+    }
     await this.native.close();
   }
 
@@ -162,7 +169,7 @@ export class Engine {
       stream.push(event);
       if (finish) {
         stream.end();
-        this.streams.delete(id);
+        this.forget(id);
       }
     }
     for (let i = 0; i < step.abortedIds.length; i++) {
@@ -171,12 +178,20 @@ export class Engine {
       if (!stream) continue;
       stream.push({ finishReason: FINISH_REASONS[step.abortedReasons[i] as number] ?? 'abort' });
       stream.end();
-      this.streams.delete(id);
+      this.forget(id);
     }
     if (step.fatal) {
       this.fatal = asEngineError(step.fatal);
-      for (const stream of this.streams.values()) stream.fail(this.fatal);
-      this.streams.clear();
+      for (const [id, stream] of this.streams) {
+        stream.fail(this.fatal);
+        this.forget(id);
+      }
     }
+  }
+
+  private forget(id: number): void {
+    this.streams.delete(id);
+    this.cleanups.get(id)?.();
+    this.cleanups.delete(id);
   }
 }
