@@ -21,7 +21,7 @@ const { values } = parseArgs({
     model: { type: 'string' },
     'new-tokens': { type: 'string', default: '128' },
     batches: { type: 'string', default: '1,8,32,128' },
-    // Each Strata measurement runs this many times; the median is reported.
+    // Each measurement (both sides) runs this many times; the median is reported.
     repeats: { type: 'string', default: '3' },
     // Engine compute threads (default: every core); the HF side always uses every core.
     threads: { type: 'string' },
@@ -123,6 +123,7 @@ function huggingFace() {
   const job = {
     model_dir: modelDir,
     threads,
+    repeats,
     decode: { batches, prompt: decodePrompt, new_tokens: newTokens },
     prefill: { prompts: Array.from({ length: prefillCount }, (_, r) => prefillPrompt(r)) },
   };
@@ -162,7 +163,7 @@ const rows = [
 const fmt = (x) => (x === undefined ? '-' : x.toFixed(0));
 console.log(
   `\nmodel ${modelDir.split('/').at(-1)}, ${engineThreads} engine threads (HF ${threads}), ${cpus()[0]?.model ?? 'cpu'}, ` +
-    `${newTokens} new tokens per request, Strata median of ${repeats}`,
+    `${newTokens} new tokens per request, median of ${repeats} runs each`,
 );
 console.log(`${'tokens/s'.padEnd(24)} ${'strata'.padStart(10)} ${'hf'.padStart(10)} ${'ratio'.padStart(8)}`);
 for (const r of rows) {
