@@ -2,7 +2,7 @@
 // strata-platform up [--host H] [--ephemeral]
 // Starts the local platform and keeps it in the foreground until Ctrl-C or SIGTERM.
 import { parseArgs } from 'node:util';
-import { SERVICE_NAMES, type ServiceName, startPlatform } from './platform.js';
+import { defaultModelDir, SERVICE_NAMES, type ServiceName, startPlatform } from './platform.js';
 
 const { positionals, values } = parseArgs({
   allowPositionals: true,
@@ -27,7 +27,13 @@ const platform = await startPlatform({
   },
 });
 
-process.stdout.write('\nStrata local platform is up (embedded defaults: CPU build, in-memory stores):\n');
+const model = defaultModelDir();
+process.stdout.write('\nStrata local platform is up (embedded defaults: CPU engine, in-memory stores):\n');
+process.stdout.write(
+  model
+    ? `  model: ${model} (the backend turns ready after warmup)\n`
+    : '  model: none found: set STRATA_MODEL_DIR to a Hugging Face model directory\n',
+);
 for (const s of platform.services) {
   process.stdout.write(`  ${s.name.padEnd(width)}  ${s.url}   /health/live  /health/ready  /metrics\n`);
 }

@@ -1,9 +1,11 @@
 // Starts the whole local platform as child processes on their embedded defaults and reports
 // where each service listens. Used by `scripts/strata up`, and by tests and load runs.
 import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
 
 export const SERVICE_NAMES = [
   'inference-backend',
@@ -49,6 +51,25 @@ function entryOf(name: ServiceName): string {
   return join(dirname(require.resolve(`@strata/${name}`)), 'main.js');
 }
 
+/** The small model the local platform serves by default (tinystories-656k). */
+export const DEFAULT_MODEL = 'tinystories-656k';
+
+/**
+ * The backend's model: STRATA_MODEL_DIR, else DEFAULT_MODEL in STRATA_MODELS_DIR, else in
+ * ../shared/models beside the repository; undefined when none exists (the backend then
+ * runs, not ready, and says so).
+ */
+export function defaultModelDir(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  if (env.STRATA_MODEL_DIR) return env.STRATA_MODEL_DIR;
+  const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+  const candidates = [env.STRATA_MODELS_DIR, join(repo, '..', 'shared', 'models')].filter(
+    (dir): dir is string => dir !== undefined && dir !== '',
+  );
+  return candidates
+    .map((dir) => join(dir, DEFAULT_MODEL))
+    .find((dir) => existsSync(join(dir, 'config.json')));
+}
+
 function waitForExit(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
   return new Promise((resolve) => child.once('exit', () => resolve()));
@@ -60,8 +81,16 @@ function startService(
   port: number,
   options: StartOptions,
 ): Promise<{ child: ChildProcess; url: string }> {
+  const model =
+    name === 'inference-backend' ? defaultModelDir({ ...process.env, ...options.env }) : undefined;
   const child = spawn(process.execPath, [entryOf(name)], {
-    env: { ...process.env, ...options.env, HOST: options.host ?? '127.0.0.1', PORT: String(port) },
+    env: {
+      ...process.env,
+      ...(model ? { STRATA_MODEL_DIR: model } : {}),
+      ...options.env,
+      HOST: options.host ?? '127.0.0.1',
+      PORT: String(port),
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const timeoutMs = options.startTimeoutMs ?? 60_000;

@@ -44,14 +44,31 @@ describe('local platform', () => {
     expect(await metrics.text()).toContain(`service="${name}"`);
   });
 
-  it('reports readiness: services ready, the backend not ready until it has a model', async () => {
+  it('reports every service ready, the backend once its model is loaded and warmed up', async () => {
+    const backend = urls.get('inference-backend');
+    for (let i = 0; i < 300 && (await fetch(`${backend}/health/ready`)).status !== 200; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+    }
     const statuses: Record<string, number> = {};
     for (const name of SERVICE_NAMES) statuses[name] = (await fetch(`${urls.get(name)}/health/ready`)).status;
     expect(statuses).toEqual({
-      'inference-backend': 503,
+      'inference-backend': 200,
       'router-service': 200,
       'edge-gateway': 200,
       observability: 200,
+    });
+  });
+
+  it('serves generation from the backend on the default model', async () => {
+    const res = await fetch(`${urls.get('inference-backend')}/v1/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 8 }),
+    });
+    expect(res.status).toBe(200);
+    expect(await res.json()).toMatchObject({
+      model: 'tinystories-656k',
+      usage: { output_tokens: expect.any(Number) },
     });
   });
 

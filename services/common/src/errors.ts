@@ -122,8 +122,14 @@ export class StrataError extends Error {
   readonly statusCode: number;
   readonly type: ErrorType;
   readonly details: unknown;
+  /** Seconds a client should wait before retrying (Retry-After); set for every 429. */
+  readonly retryAfterSeconds: number | undefined;
 
-  constructor(code: ErrorCode, message?: string, options?: { details?: unknown; cause?: unknown }) {
+  constructor(
+    code: ErrorCode,
+    message?: string,
+    options?: { details?: unknown; cause?: unknown; retryAfterSeconds?: number },
+  ) {
     const entry: CatalogueEntry = ERROR_CATALOGUE[code];
     super(message ?? entry.message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'StrataError';
@@ -131,6 +137,7 @@ export class StrataError extends Error {
     this.statusCode = entry.status;
     this.type = entry.type;
     this.details = options?.details;
+    this.retryAfterSeconds = options?.retryAfterSeconds ?? (entry.status === 429 ? 1 : undefined);
   }
 
   toBody(): ErrorBody {

@@ -113,6 +113,8 @@ export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
     const strataError = toStrataError(err);
     if (strataError.statusCode >= 500) request.log.error({ err }, 'request failed');
     else request.log.info({ code: strataError.code, message: strataError.message }, 'request rejected');
+    if (strataError.retryAfterSeconds !== undefined)
+      reply.header('retry-after', String(strataError.retryAfterSeconds));
     return reply.code(strataError.statusCode).send(strataError.toBody());
   });
 

@@ -117,7 +117,10 @@ describe('service base', () => {
       expect(res.json().error.code).toBe(code);
       expect(res.json().error.message.length).toBeGreaterThan(0);
     }
-    expect((await app.inject('/busy')).json().error.message).toBe('queue holds 10 requests; retry later');
+    const busy = await app.inject('/busy');
+    expect(busy.json().error.message).toBe('queue holds 10 requests; retry later');
+    expect(busy.headers['retry-after']).toBe('1');
+    expect((await app.inject('/missing')).headers['retry-after']).toBeUndefined();
     expect((await app.inject('/typed?n=abc')).json().error.message).toContain(
       'querystring/n must be integer',
     );

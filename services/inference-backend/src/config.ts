@@ -1,8 +1,63 @@
 import { baseServiceEnv, baseServiceSchema, configFields, type EnvMap } from '@strata/common';
-import type { z } from 'zod';
+import { z } from 'zod';
 
-export const configSchema = baseServiceSchema.extend({ port: configFields.port(8000) });
+const nonNegativeInt = (fallback: number) => z.coerce.number().int().min(0).default(fallback);
+
+export const configSchema = baseServiceSchema.extend({
+  port: configFields.port(8000),
+  /** A Hugging Face model directory. Without one the service runs but never turns ready. */
+  modelDir: z.string().min(1).optional(),
+  /** The name clients use in `model`; defaults to the directory's name. */
+  servedModelName: z.string().min(1).optional(),
+  engine: z
+    .object({
+      /** Compute threads; 0 = every core. */
+      threads: nonNegativeInt(0),
+      /** KV pool in blocks; 0 = from kvCacheBytes, else kvMemoryFraction of available memory. */
+      numBlocks: nonNegativeInt(0),
+      kvCacheBytes: nonNegativeInt(0),
+      kvMemoryFraction: z.coerce.number().gt(0).max(0.95).default(0.2),
+      blockSize: z.coerce.number().int().min(1).max(256).default(16),
+      maxNumBatchedTokens: configFields.positiveInt(2048),
+      maxNumSeqs: configFields.positiveInt(256),
+      /** 0 = the model's max_position_embeddings. */
+      maxModelLen: nonNegativeInt(0),
+    })
+    .prefault({}),
+  limits: z
+    .object({
+      /** Requests admitted beyond maxNumSeqs to wait in the engine; past that, 429. */
+      maxQueued: nonNegativeInt(256),
+      /** Per-request deadline in ms; on expiry the request ends with finish_reason "timeout". */
+      requestTimeoutMs: configFields.positiveInt(120_000),
+      /** max_tokens when a request gives none (vLLM's and OpenAI's completions default). */
+      defaultMaxTokens: configFields.positiveInt(16),
+      /** Idle SSE streams get a comment line this often, in ms. */
+      sseHeartbeatMs: configFields.positiveInt(15_000),
+    })
+    .prefault({}),
+  /** Run representative requests before turning ready. */
+  warmup: configFields.boolean(true),
+});
 export type Config = z.output<typeof configSchema>;
-export const configEnv: EnvMap = { ...baseServiceEnv };
+
+export const configEnv: EnvMap = {
+  ...baseServiceEnv,
+  modelDir: 'STRATA_MODEL_DIR',
+  servedModelName: 'STRATA_SERVED_MODEL_NAME',
+  'engine.threads': 'STRATA_ENGINE_THREADS',
+  'engine.numBlocks': 'STRATA_KV_CACHE_BLOCKS',
+  'engine.kvCacheBytes': 'STRATA_KV_CACHE_BYTES',
+  'engine.kvMemoryFraction': 'STRATA_KV_MEMORY_FRACTION',
+  'engine.blockSize': 'STRATA_BLOCK_SIZE',
+  'engine.maxNumBatchedTokens': 'STRATA_MAX_NUM_BATCHED_TOKENS',
+  'engine.maxNumSeqs': 'STRATA_MAX_NUM_SEQS',
+  'engine.maxModelLen': 'STRATA_MAX_MODEL_LEN',
+  'limits.maxQueued': 'STRATA_MAX_QUEUED',
+  'limits.requestTimeoutMs': 'STRATA_REQUEST_TIMEOUT_MS',
+  'limits.defaultMaxTokens': 'STRATA_DEFAULT_MAX_TOKENS',
+  'limits.sseHeartbeatMs': 'STRATA_SSE_HEARTBEAT_MS',
+  warmup: 'STRATA_WARMUP',
+};
 /** Environment variable naming an optional YAML config file. */
 export const CONFIG_FILE_ENV = 'STRATA_BACKEND_CONFIG';

@@ -85,13 +85,18 @@ async function generate(
   const options = parse(argv);
   if (options.prompt === undefined) throw new UsageError('--prompt TEXT is required');
   const started = performance.now();
-  const [engine, tokenizer] = await Promise.all([
-    Engine.load({
-      modelDir: options.model,
-      ...(options.threads !== undefined ? { threads: options.threads } : {}),
-    }),
-    Tokenizer.load(options.model),
-  ]);
+  // One after the other, so a bad model directory always fails the same way (config first).
+  const engine = await Engine.load({
+    modelDir: options.model,
+    ...(options.threads !== undefined ? { threads: options.threads } : {}),
+  });
+  let tokenizer: Tokenizer;
+  try {
+    tokenizer = await Tokenizer.load(options.model);
+  } catch (err) {
+    await engine.close();
+    throw err;
+  }
   const loaded = performance.now();
   try {
     const generator = new TextGenerator(engine, tokenizer);

@@ -5,7 +5,15 @@ import { StrataError } from '@strata/common';
 import { IncrementalDetokenizer } from '../model/detokenizer.js';
 import { StopMatcher } from '../model/stop.js';
 import type { Tokenizer } from '../model/tokenizer.js';
-import type { Engine, FinishReason, GenerateOptions, SamplingParams, TopLogprob } from './engine.js';
+import type {
+  Engine,
+  FinishReason,
+  GeneratedToken,
+  GenerateOptions,
+  SamplingParams,
+  TopLogprob,
+} from './engine.js';
+import { guarded } from './guarded.js';
 
 export interface TextRequest extends GenerateOptions {
   /** Text (tokenized here, BOS per the model's configs) or token ids used as they are. */
@@ -50,22 +58,45 @@ export class TextGenerator {
     return ids;
   }
 
-  /** Streams token events, then one done event. Bad input throws before anything is queued. */
-  async *stream(request: TextRequest): AsyncGenerator<TextEvent> {
+  /**
+   * Tokenizes and submits the request, then returns its events: token events, then one done
+   * event. Bad input rejects here, before anything is queued or sent, so an HTTP route can still
+   * answer with a 4xx status.
+   */
+  async start(request: TextRequest): Promise<AsyncIterableIterator<TextEvent>> {
     const promptIds = await this.promptIds(request.prompt);
     const stops = new StopMatcher(request.stop ?? [], {
       includeStopString: request.includeStopString ?? false,
     });
     const detok = new IncrementalDetokenizer(this.tokenizer, { promptIds });
     const controller = new AbortController();
-    const abortFromCaller = () => controller.abort(request.signal?.reason);
-    request.signal?.addEventListener('abort', abortFromCaller, { once: true });
-    if (request.signal?.aborted) abortFromCaller();
     const tokens = this.engine.generate(promptIds, request.params, {
       signal: controller.signal,
       ...(request.priority !== undefined ? { priority: request.priority } : {}),
       ...(request.tenant !== undefined ? { tenant: request.tenant } : {}),
     });
+    const abortFromCaller = () => controller.abort(request.signal?.reason);
+    request.signal?.addEventListener('abort', abortFromCaller, { once: true });
+    if (request.signal?.aborted) abortFromCaller();
+    const detach = () => request.signal?.removeEventListener('abort', abortFromCaller);
+    return guarded(this.events(tokens, promptIds.length, stops, detok, detach), () => {
+      detach();
+      void tokens.return(); // cancels the engine request
+    });
+  }
+
+  /** start() and its events in one stream. */
+  async *stream(request: TextRequest): AsyncGenerator<TextEvent> {
+    yield* await this.start(request);
+  }
+
+  private async *events(
+    tokens: AsyncIterableIterator<GeneratedToken>,
+    inputTokens: number,
+    stops: StopMatcher,
+    detok: IncrementalDetokenizer,
+    detach: () => void,
+  ): AsyncGenerator<TextEvent> {
     let index = 0;
     let finishReason: FinishReason = 'abort';
     let stop: string | undefined;
@@ -86,14 +117,14 @@ export class TextGenerator {
         if (event.finishReason) finishReason = event.finishReason;
       }
     } finally {
-      request.signal?.removeEventListener('abort', abortFromCaller);
+      detach();
     }
     const tail = stop === undefined ? stops.push(detok.finish()).text + stops.finish() : '';
     const done: TextDone = {
       type: 'done',
       finishReason,
       text: tail,
-      usage: { inputTokens: promptIds.length, outputTokens: index },
+      usage: { inputTokens, outputTokens: index },
     };
     if (stop !== undefined) done.stop = stop;
     yield done;

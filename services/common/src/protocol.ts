@@ -1,0 +1,86 @@
+// The public request bodies (DESIGN.md §3), one zod definition shared by the edge (which
+// validates) and the backend (which validates again and executes). Field names and ranges
+// follow vLLM and OpenAI; the messages zod produces name the field and the allowed range.
+import { z } from 'zod';
+
+/** Sampling settings shared by /v1/generate and the OpenAI routes (OpenAI / vLLM names). */
+export const samplingFields = {
+  max_tokens: z.number().int().min(1).max(1_000_000).optional(),
+  min_tokens: z.number().int().min(0).max(1_000_000).optional(),
+  temperature: z.number().min(0).max(100).optional(),
+  top_p: z.number().gt(0).max(1).optional(),
+  top_k: z.number().int().min(-1).optional(),
+  min_p: z.number().min(0).max(1).optional(),
+  repetition_penalty: z.number().gt(0).max(100).optional(),
+  frequency_penalty: z.number().min(-2).max(2).optional(),
+  presence_penalty: z.number().min(-2).max(2).optional(),
+  stop: z.union([z.string().min(1), z.array(z.string().min(1)).max(16)]).optional(),
+  stop_token_ids: z.array(z.number().int().min(0)).max(64).optional(),
+  seed: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
+  ignore_eos: z.boolean().optional(),
+};
+
+/** POST /v1/generate. Unknown fields are rejected: this API is ours, typos should fail. */
+export const generateRequestSchema = z.strictObject({
+  model: z.string().min(1).optional(),
+  /** Text, or token ids used as they are. */
+  prompt: z.union([z.string().min(1), z.array(z.number().int().min(0)).min(1)]),
+  ...samplingFields,
+  /** Top-n logprobs per token (0 = the sampled token's only). */
+  logprobs: z.number().int().min(0).max(20).optional(),
+  stream: z.boolean().default(false),
+  /** Lower is more urgent (as vLLM); the x-strata-priority header may set it too. */
+  priority: z.number().int().min(-100).max(100).optional(),
+});
+export type GenerateRequest = z.output<typeof generateRequestSchema>;
+
+export const finishReasonSchema = z.enum(['stop', 'length', 'abort', 'timeout']);
+export type FinishReason = z.output<typeof finishReasonSchema>;
+
+export const usageSchema = z.object({ input_tokens: z.number().int(), output_tokens: z.number().int() });
+
+/** SSE `data:` payloads of a /v1/generate stream, in order: token*, then done or error. */
+export const generateTokenEventSchema = z.object({
+  type: z.literal('token'),
+  token: z.string(),
+  id: z.number().int(),
+  index: z.number().int(),
+  logprob: z.number().optional(),
+  top_logprobs: z.array(z.object({ id: z.number().int(), logprob: z.number() })).optional(),
+});
+export const generateDoneEventSchema = z.object({
+  type: z.literal('done'),
+  finish_reason: finishReasonSchema,
+  /** The stop string that ended the output, when one did. */
+  stop: z.string().optional(),
+  /** Text released only at the end: held back as a possible stop-string prefix or an
+   * unfinished character. Append it to the token texts. */
+  text: z.string().optional(),
+  usage: usageSchema,
+});
+export const generateErrorEventSchema = z.object({
+  type: z.literal('error'),
+  error: z.object({ code: z.string(), message: z.string(), type: z.string() }),
+});
+
+/** Non-streaming /v1/generate response. */
+export const generateResponseSchema = z.object({
+  id: z.string(),
+  model: z.string(),
+  text: z.string(),
+  token_ids: z.array(z.number().int()),
+  finish_reason: finishReasonSchema,
+  stop: z.string().optional(),
+  usage: usageSchema,
+});
+export type GenerateResponse = z.output<typeof generateResponseSchema>;
+
+/** Every error response: {"error":{"code","message","type"}} (see errors.ts). */
+export const errorResponseSchema = z.object({
+  error: z.object({
+    code: z.string(),
+    message: z.string(),
+    type: z.string(),
+    details: z.unknown().optional(),
+  }),
+});
