@@ -106,6 +106,10 @@ export interface NativeStep {
   /** Requests finished without a token this step (abort or timeout). */
   abortedIds: Float64Array;
   abortedReasons: Uint8Array;
+  /** Requests batched for the first time in this step (never repeated after a preemption). */
+  scheduledIds: Float64Array;
+  /** How long before this call the step was scheduled, in ms (0 when scheduledIds is empty). */
+  scheduledAgeMs: number;
   /** Set when the step failed: the loop has stopped and every live request is lost. */
   fatal?: Error & { code: string };
 }

@@ -224,6 +224,13 @@ Napi::Object step_to_js(Napi::Env env, const StepOutput& out) {
     aborted_ids[i] = static_cast<double>(out.aborted[i].request_id);
     aborted_reasons[i] = static_cast<uint8_t>(out.aborted[i].reason);
   }
+  auto scheduled_ids = Napi::Float64Array::New(env, out.scheduled.size());
+  for (size_t i = 0; i < out.scheduled.size(); ++i) scheduled_ids[i] = static_cast<double>(out.scheduled[i]);
+  // Age on this (JS) thread, so JS places the moment on its own clock: performance.now() - age.
+  const double scheduled_age_ms =
+      out.scheduled.empty()
+          ? 0.0
+          : std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - out.scheduled_at).count();
   Napi::Object o = Napi::Object::New(env);
   o.Set("ids", ids);
   o.Set("tokens", tokens);
@@ -235,6 +242,8 @@ Napi::Object step_to_js(Napi::Env env, const StepOutput& out) {
   o.Set("topLogprobs", top_values);
   o.Set("abortedIds", aborted_ids);
   o.Set("abortedReasons", aborted_reasons);
+  o.Set("scheduledIds", scheduled_ids);
+  o.Set("scheduledAgeMs", Napi::Number::New(env, scheduled_age_ms));
   return o;
 }
 
@@ -304,7 +313,7 @@ void EngineBinding::Loop() {
       msg->fatal = capture_current_error();
     }
     const bool fatal = !msg->fatal.code.empty();
-    if (fatal || !msg->output.tokens.empty() || !msg->output.aborted.empty()) {
+    if (fatal || !msg->output.tokens.empty() || !msg->output.aborted.empty() || !msg->output.scheduled.empty()) {
       // Blocks while 64 steps wait for JS: a slow event loop slows the engine, never loses tokens.
       if (on_step_.BlockingCall(msg.get(), deliver) == napi_ok) msg.release();
     }

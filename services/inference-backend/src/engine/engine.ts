@@ -41,6 +41,8 @@ export interface GenerateOptions {
   tenant?: string;
   /** Aborting finishes the stream with finishReason 'abort' (or 'timeout' if the reason says so). */
   signal?: AbortSignal;
+  /** Called once, when the engine first batches the request; `at` is on performance.now()'s clock. */
+  onScheduled?: (at: number) => void;
 }
 
 /** A native error with its stable catalogue code, e.g. STRATA_INVALID_PARAM. */
@@ -65,6 +67,7 @@ export class Engine {
   private readonly streams = new Map<number, TokenStream<GeneratedToken>>();
   /** Per live request: detaches its AbortSignal listener once the request has finished. */
   private readonly cleanups = new Map<number, () => void>();
+  private readonly onScheduled = new Map<number, (at: number) => void>();
   private nextId = 1;
   private fatal: EngineError | undefined;
   private closed = false;
@@ -113,6 +116,7 @@ export class Engine {
       throw asEngineError(err);
     }
     this.streams.set(id, stream);
+    if (options.onScheduled) this.onScheduled.set(id, options.onScheduled);
     const signal = options.signal;
     if (signal) {
       const onAbort = () => this.native.abort(id, signal.reason === 'timeout' ? 'timeout' : 'abort');
@@ -147,6 +151,14 @@ export class Engine {
   }
 
   private dispatch(step: NativeStep): void {
+    if (step.scheduledIds.length > 0) {
+      const at = performance.now() - step.scheduledAgeMs;
+      for (const id of step.scheduledIds) {
+        const callback = this.onScheduled.get(id);
+        this.onScheduled.delete(id);
+        callback?.(at);
+      }
+    }
     for (let i = 0; i < step.ids.length; i++) {
       const id = step.ids[i] as number;
       const stream = this.streams.get(id);
@@ -193,5 +205,6 @@ export class Engine {
     this.streams.delete(id);
     this.cleanups.get(id)?.();
     this.cleanups.delete(id);
+    this.onScheduled.delete(id);
   }
 }

@@ -74,6 +74,7 @@ export class TextGenerator {
       signal: controller.signal,
       ...(request.priority !== undefined ? { priority: request.priority } : {}),
       ...(request.tenant !== undefined ? { tenant: request.tenant } : {}),
+      ...(request.onScheduled ? { onScheduled: request.onScheduled } : {}),
     });
     const abortFromCaller = () => controller.abort(request.signal?.reason);
     request.signal?.addEventListener('abort', abortFromCaller, { once: true });

@@ -121,6 +121,12 @@ StepOutput Engine::step() {
   drain_inbox(out);
   const ScheduledStep& step = scheduler_.schedule();
   if (!step.seqs.empty()) {
+    out.scheduled_at = std::chrono::steady_clock::now();
+    for (Sequence* seq : step.seqs) {
+      if (seq->ever_scheduled) continue;
+      seq->ever_scheduled = true;
+      out.scheduled.push_back(seq->request_id);
+    }
     for (const CopyRequest& c : step.copies) backend_.copy_block(c.src, c.dst);
     const size_t rows = static_cast<size_t>(step.num_logits) * static_cast<size_t>(vocab_size_);
     if (logits_.size() < rows) logits_.resize(rows);

@@ -112,6 +112,7 @@ TEST_CASE("step loop: one token per step after the prefill, finishing on max_tok
   std::vector<int32_t> tokens;
   for (int i = 0; i < 4; ++i) {
     StepOutput out = engine.step();
+    CHECK((out.scheduled == (i == 0 ? std::vector<uint64_t>{1} : std::vector<uint64_t>{})));
     CHECK_EQ(out.tokens.size(), 1u);
     if (out.tokens.empty()) return;
     tokens.push_back(out.tokens[0].token);
@@ -321,7 +322,12 @@ TEST_CASE("a request's output is the same alone and among 32 requests with chunk
   }
   for (const Request& r : target_requests()) engine.submit(r);
   Driver d(engine);
-  d.run();
+  std::map<uint64_t, int> first_scheduled;  // listed once each, even when preempted
+  while (engine.has_unfinished()) {
+    for (uint64_t id : d.step().scheduled) ++first_scheduled[id];
+  }
+  CHECK_EQ(first_scheduled.size(), 32u);
+  for (const auto& [id, times] : first_scheduled) CHECK_EQ(times, 1);
   CHECK(d.by_id[1000].tokens == alone[1000]);
   CHECK(d.by_id[1001].tokens == alone[1001]);
   CHECK(engine.stats().num_preemptions > 0);

@@ -61,6 +61,10 @@ struct StepOutput {
   std::vector<TokenEvent> tokens;
   std::vector<TokenLogprob> top_logprobs;
   std::vector<FinishedRequest> aborted;
+  // Requests batched for the first time ever in this step (a preempted request is not listed
+  // again), and when this step's schedule() returned: queue time ends there.
+  std::vector<uint64_t> scheduled;
+  std::chrono::steady_clock::time_point scheduled_at{};
 };
 
 struct EngineStats {

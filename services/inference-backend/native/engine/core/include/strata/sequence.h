@@ -58,6 +58,8 @@ struct Sequence {
   uint64_t prefix_hash = 0;          // chain hash of block num_hashed_blocks - 1 (0 before block 0)
   // Owned by Scheduler: the last step this sequence was batched in.
   uint64_t scheduled_step = 0;
+  // Owned by Engine: set the first time a step batches this sequence (StepOutput::scheduled).
+  bool ever_scheduled = false;
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
