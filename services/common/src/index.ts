@@ -3,6 +3,7 @@ export * from './errors.js';
 export * from './headers.js';
 export * from './logger.js';
 export * from './metrics.js';
+export * from './openai-protocol.js';
 export * from './protocol.js';
 export * from './readiness.js';
 export * from './run.js';

@@ -2,9 +2,16 @@ import { type BootContext, createServiceApp, Gauge } from '@strata/common';
 import type { FastifyInstance } from 'fastify';
 import { serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import type { Config } from './config.js';
+import { registerOpenApi } from './http/openapi.js';
 import type { ModelHost } from './inference/model-host.js';
+import { servedModelName } from './inference/runtime.js';
 import type { NativeAddon } from './native.js';
+import { registerEngineMetrics } from './observability/engine-metrics.js';
 import { generateRoutes } from './routes/generate.js';
+import { loadRoutes } from './routes/load.js';
+import { chatRoutes } from './routes/openai-chat.js';
+import { completionsRoutes } from './routes/openai-completions.js';
+import { modelsRoutes } from './routes/openai-models.js';
 
 export interface BackendParts {
   addon: NativeAddon;
@@ -31,6 +38,14 @@ export function buildApp(ctx: Omit<BootContext<Config>, 'telemetry'>, parts: Bac
     registers: [ctx.metrics.registry],
   }).set({ cuda_compiled: String(build.cuda) }, cuda.devices.length);
 
+  // Before the routes: @fastify/swagger collects them as they are registered.
+  registerOpenApi(app, { title: 'Strata inference backend', version: '0.1.0' });
+
+  // Engine metrics (vllm:*) on the service registry, and the router's GET /load.
+  const modelName = servedModelName(ctx.config);
+  registerEngineMetrics(ctx.metrics.registry, parts.host, modelName);
+  app.register(loadRoutes, { host: parts.host, readiness: ctx.readiness, modelName });
+
   app.register(async (scope) => {
     scope.setValidatorCompiler(validatorCompiler);
     scope.setSerializerCompiler(serializerCompiler);
@@ -39,6 +54,10 @@ export function buildApp(ctx: Omit<BootContext<Config>, 'telemetry'>, parts: Bac
       host: parts.host,
       sseHeartbeatMs: ctx.config.limits.sseHeartbeatMs,
     });
+    const openAi = { host: parts.host, sseHeartbeatMs: ctx.config.limits.sseHeartbeatMs };
+    await scope.register(completionsRoutes, openAi);
+    await scope.register(chatRoutes, openAi);
+    await scope.register(modelsRoutes, openAi);
   });
   return app;
 }

@@ -11,7 +11,7 @@ await bootService({
   envMap: configEnv,
   fileEnv: CONFIG_FILE_ENV,
   build: (ctx) => {
-    host = new ModelHost(ctx.config, ctx.readiness, ctx.logger);
+    host = new ModelHost(ctx.config, ctx.readiness, ctx.logger, undefined, ctx.telemetry.tracer);
     return buildApp(ctx, { addon: loadNativeAddon(), host });
   },
   cleanup: async () => {

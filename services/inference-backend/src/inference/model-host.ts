@@ -1,20 +1,28 @@
 // Owns the model's lifecycle in the service: loads it after the server is listening (so
 // /health/live answers during a long load), warms it up, and only then reports ready.
+import { type Tracer, trace } from '@opentelemetry/api';
 import { type Logger, type Readiness, StrataError } from '@strata/common';
 import type { Config } from '../config.js';
-import { InferenceRuntime, type RuntimeObserver } from './runtime.js';
+import { InferenceRuntime, type RequestRecord, type RuntimeObserver } from './runtime.js';
 import { warmUp } from './warmup.js';
 
 export class ModelHost {
   private runtime: InferenceRuntime | undefined;
   private state = 'not started';
+  private readonly observers: RuntimeObserver[] = [];
 
+  /**
+   * Every finished request is logged (one line, see logFinished) and handed to the observers;
+   * `tracer` (ctx.telemetry.tracer) gets a span per request, a no-op without an OTLP endpoint.
+   */
   constructor(
     private readonly config: Config,
     private readonly readiness: Readiness,
     private readonly logger: Logger,
-    private readonly observer?: RuntimeObserver,
+    observer?: RuntimeObserver,
+    private readonly tracer: Tracer = trace.getTracer('inference-backend'),
   ) {
+    if (observer) this.observers.push(observer);
     readiness.set(
       'model_loaded',
       false,
@@ -29,7 +37,7 @@ export class ModelHost {
     try {
       this.state = 'loading';
       const started = performance.now();
-      this.runtime = await InferenceRuntime.load(this.config, this.observer);
+      this.runtime = await InferenceRuntime.load(this.config, this.fanout, this.tracer);
       const info = this.runtime.engine.info;
       this.logger.info(
         {
@@ -59,6 +67,49 @@ export class ModelHost {
       this.readiness.set('model_loaded', false, `failed to load: ${message}`);
       this.logger.error({ err }, 'model failed to load');
     }
+  }
+
+  /** Adds an observer of finished and rejected requests (metrics); call before start(). */
+  observe(observer: RuntimeObserver): void {
+    this.observers.push(observer);
+  }
+
+  private readonly fanout: RuntimeObserver = {
+    finished: (record) => {
+      this.logFinished(record);
+      for (const o of this.observers) this.safely(() => o.finished(record));
+    },
+    rejected: (code) => {
+      for (const o of this.observers) this.safely(() => o.rejected(code));
+    },
+  };
+
+  private safely(fn: () => void): void {
+    try {
+      fn();
+    } catch (err) {
+      this.logger.error({ err }, 'request observer failed');
+    }
+  }
+
+  /** One structured line per finished request (Loki): ids, token counts, timings in ms. */
+  private logFinished(r: RequestRecord): void {
+    const toMs = (s: number | undefined) => (s === undefined ? undefined : Math.round(s * 1e6) / 1e3);
+    this.logger.info(
+      {
+        request_id: r.requestId,
+        tenant: r.tenant,
+        prompt_tokens: r.promptTokens,
+        output_tokens: r.outputTokens,
+        ttft_ms: toMs(r.ttft),
+        e2e_ms: toMs(r.e2e),
+        queue_ms: toMs(r.queueTime),
+        prefill_ms: toMs(r.prefillTime),
+        decode_ms: toMs(r.decodeTime),
+        finish_reason: r.finishReason,
+      },
+      'request finished',
+    );
   }
 
   /** The runtime for a request; 503 STRATA_NOT_READY while loading, warming up or failed. */

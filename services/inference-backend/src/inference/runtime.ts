@@ -1,7 +1,17 @@
 // The backend's execution core, shared by every route: the loaded model, admission control,
 // per-request deadlines and cancellation, and per-request timings for metrics and logs.
 import { basename } from 'node:path';
-import { StrataError } from '@strata/common';
+import {
+  type Context,
+  context,
+  ROOT_CONTEXT,
+  type Span,
+  SpanKind,
+  SpanStatusCode,
+  type Tracer,
+  trace,
+} from '@opentelemetry/api';
+import { parseTraceparent, StrataError } from '@strata/common';
 import type { Config } from '../config.js';
 import { Engine, type FinishReason, type SamplingParams } from '../engine/engine.js';
 import { guarded } from '../engine/guarded.js';
@@ -16,12 +26,18 @@ export interface ExecuteRequest {
   stop?: readonly string[];
   priority?: number;
   tenant?: string;
+  /** The HTTP request's id, for the per-request log line and the span. */
+  requestId?: string;
+  /** The incoming W3C traceparent: the request's span becomes its child. */
+  traceparent?: string;
   /** Aborts the request (client gone); the deadline is added here. */
   signal?: AbortSignal;
 }
 
 /** What one finished request did, in seconds since its arrival unless noted. */
 export interface RequestRecord {
+  requestId: string | undefined;
+  tenant: string | undefined;
   promptTokens: number;
   outputTokens: number;
   finishReason: FinishReason | 'error';
@@ -31,7 +47,42 @@ export interface RequestRecord {
   e2e: number;
   /** Gaps between consecutive output tokens. */
   interTokenLatencies: number[];
+  /** Arrival to the engine's first schedule of the request; undefined when never scheduled. */
+  queueTime: number | undefined;
+  /** First scheduled to first output token (prompt processing); undefined without both. */
+  prefillTime: number | undefined;
+  /** First to last output token; undefined when none was produced. */
+  decodeTime: number | undefined;
 }
+
+/** The model name this backend serves and reports (metrics label model_name, /load). */
+export function servedModelName(config: Config): string {
+  return config.servedModelName ?? (config.modelDir ? basename(config.modelDir) : 'none');
+}
+
+/** The parent context named by a W3C traceparent header, or the root context. */
+function parentContext(traceparent: string | undefined): Context {
+  const parent = parseTraceparent(traceparent);
+  if (!parent) return ROOT_CONTEXT;
+  return trace.setSpanContext(ROOT_CONTEXT, {
+    traceId: parent.traceId,
+    spanId: parent.parentId,
+    traceFlags: Number.parseInt(parent.flags, 16) & 1,
+    isRemote: true,
+  });
+}
+
+/** Per-request moments on performance.now()'s clock, shared by start() and the event stream. */
+interface Moments {
+  arrival: number;
+  scheduled: number | undefined;
+  firstToken: number | undefined;
+  lastToken: number | undefined;
+}
+
+/** A performance.now() moment as epoch milliseconds (span event timestamps). */
+const epochMs = (at: number) => performance.timeOrigin + at;
+const ms = (from: number, to: number) => Math.max(0, to - from) / 1e3;
 
 export interface RuntimeObserver {
   finished(record: RequestRecord): void;
@@ -50,11 +101,16 @@ export class InferenceRuntime {
     readonly modelName: string,
     private readonly config: Config,
     private readonly observer: RuntimeObserver | undefined,
+    private readonly tracer: Tracer,
   ) {
     this.generator = new TextGenerator(engine, tokenizer);
   }
 
-  static async load(config: Config, observer?: RuntimeObserver): Promise<InferenceRuntime> {
+  static async load(
+    config: Config,
+    observer?: RuntimeObserver,
+    tracer: Tracer = trace.getTracer('inference-backend'),
+  ): Promise<InferenceRuntime> {
     if (!config.modelDir)
       throw new StrataError('STRATA_MODEL_CONFIG', 'no model configured: set STRATA_MODEL_DIR');
     const files = await loadModelFiles(config.modelDir);
@@ -70,8 +126,15 @@ export class InferenceRuntime {
       maxNumSeqs: e.maxNumSeqs,
       maxModelLen: e.maxModelLen,
     });
-    const name = config.servedModelName ?? basename(config.modelDir);
-    return new InferenceRuntime(engine, Tokenizer.fromModelFiles(files), files, name, config, observer);
+    return new InferenceRuntime(
+      engine,
+      Tokenizer.fromModelFiles(files),
+      files,
+      servedModelName(config),
+      config,
+      observer,
+      tracer,
+    );
   }
 
   get maxModelLen(): number {
@@ -105,15 +168,38 @@ export class InferenceRuntime {
    * signal fired, timeout at the deadline).
    */
   async start(request: ExecuteRequest): Promise<AsyncIterableIterator<TextEvent>> {
+    const span = this.tracer.startSpan(
+      'inference.request',
+      {
+        kind: SpanKind.SERVER,
+        attributes: {
+          'gen_ai.request.model': this.modelName,
+          ...(request.requestId !== undefined ? { 'strata.request_id': request.requestId } : {}),
+          ...(request.tenant !== undefined ? { 'strata.tenant': request.tenant } : {}),
+        },
+      },
+      parentContext(request.traceparent),
+    );
+    const reject = (code: string): void => {
+      this.observer?.rejected(code);
+      span.setAttribute('strata.error_code', code);
+      span.setStatus({ code: SpanStatusCode.ERROR, message: code });
+      span.end();
+    };
     const capacity = this.config.engine.maxNumSeqs + this.config.limits.maxQueued;
     if (this.live >= capacity) {
-      this.observer?.rejected('STRATA_QUEUE_FULL');
+      reject('STRATA_QUEUE_FULL');
       throw new StrataError(
         'STRATA_QUEUE_FULL',
         `the backend holds ${capacity} requests (running + queued); retry later`,
       );
     }
-    const arrival = performance.now();
+    const moments: Moments = {
+      arrival: performance.now(),
+      scheduled: undefined,
+      firstToken: undefined,
+      lastToken: undefined,
+    };
     const controller = new AbortController();
     const deadline = setTimeout(() => controller.abort('timeout'), this.config.limits.requestTimeoutMs);
     const onCaller = () => controller.abort('abort');
@@ -125,49 +211,70 @@ export class InferenceRuntime {
     this.live++;
     let events: AsyncIterableIterator<TextEvent>;
     try {
-      events = await this.generator.start({
-        prompt: request.prompt,
-        params: { maxTokens: this.config.limits.defaultMaxTokens, ...request.params },
-        stop: request.stop ?? [],
-        signal: controller.signal,
-        ...(request.priority !== undefined ? { priority: request.priority } : {}),
-        ...(request.tenant !== undefined ? { tenant: request.tenant } : {}),
-      });
+      events = await context.with(trace.setSpan(context.active(), span), () =>
+        this.generator.start({
+          prompt: request.prompt,
+          params: { maxTokens: this.config.limits.defaultMaxTokens, ...request.params },
+          stop: request.stop ?? [],
+          signal: controller.signal,
+          onScheduled: (at) => {
+            moments.scheduled = at;
+            span.addEvent('scheduled', { 'strata.queue_time_s': ms(moments.arrival, at) }, epochMs(at));
+          },
+          ...(request.priority !== undefined ? { priority: request.priority } : {}),
+          ...(request.tenant !== undefined ? { tenant: request.tenant } : {}),
+        }),
+      );
     } catch (err) {
       this.live--;
       release();
-      this.observer?.rejected((err as { code?: string }).code ?? 'STRATA_INTERNAL');
+      reject((err as { code?: string }).code ?? 'STRATA_INTERNAL');
       throw err;
     }
+    span.addEvent('queued');
     if (request.signal?.aborted) onCaller();
-    return guarded(this.timed(events, arrival, release), () => {
+    return guarded(this.timed(events, request, moments, span, release), () => {
       this.live--;
       release();
       void events.return?.();
+      span.addEvent('finished', { 'strata.finish_reason': 'abort' });
+      span.end();
     });
   }
 
   private async *timed(
     events: AsyncIterableIterator<TextEvent>,
-    arrival: number,
+    request: ExecuteRequest,
+    moments: Moments,
+    span: Span,
     release: () => void,
   ): AsyncGenerator<TextEvent> {
     const record: RequestRecord = {
+      requestId: request.requestId,
+      tenant: request.tenant,
       promptTokens: 0,
       outputTokens: 0,
       finishReason: 'error',
       ttft: undefined,
       e2e: 0,
       interTokenLatencies: [],
+      queueTime: undefined,
+      prefillTime: undefined,
+      decodeTime: undefined,
     };
-    let last = arrival;
+    const { arrival } = moments;
     try {
       for await (const event of events) {
         const now = performance.now();
         if (event.type === 'token') {
-          if (record.ttft === undefined) record.ttft = (now - arrival) / 1e3;
-          else record.interTokenLatencies.push((now - last) / 1e3);
-          last = now;
+          if (moments.lastToken === undefined) {
+            moments.firstToken = now;
+            record.ttft = ms(arrival, now);
+            span.addEvent('first_token');
+          } else {
+            record.interTokenLatencies.push(ms(moments.lastToken, now));
+          }
+          moments.lastToken = now;
         } else {
           record.promptTokens = event.usage.inputTokens;
           record.outputTokens = event.usage.outputTokens;
@@ -175,12 +282,37 @@ export class InferenceRuntime {
         }
         yield event;
       }
+    } catch (err) {
+      span.recordException(err as Error);
+      throw err;
     } finally {
       this.live--;
       release();
-      record.e2e = (performance.now() - arrival) / 1e3;
+      const end = performance.now();
+      record.e2e = ms(arrival, end);
+      const { scheduled, firstToken, lastToken } = moments;
+      if (scheduled !== undefined) record.queueTime = ms(arrival, scheduled);
+      if (scheduled !== undefined && firstToken !== undefined) record.prefillTime = ms(scheduled, firstToken);
+      if (firstToken !== undefined && lastToken !== undefined) record.decodeTime = ms(firstToken, lastToken);
+      this.endSpan(span, record);
       this.observer?.finished(record);
     }
+  }
+
+  private endSpan(span: Span, record: RequestRecord): void {
+    span.setAttributes({
+      'gen_ai.usage.input_tokens': record.promptTokens,
+      'gen_ai.usage.output_tokens': record.outputTokens,
+      'gen_ai.response.finish_reasons': [record.finishReason],
+      ...(record.ttft !== undefined ? { 'strata.ttft_s': record.ttft } : {}),
+      ...(record.queueTime !== undefined ? { 'strata.queue_time_s': record.queueTime } : {}),
+      ...(record.prefillTime !== undefined ? { 'strata.prefill_time_s': record.prefillTime } : {}),
+      ...(record.decodeTime !== undefined ? { 'strata.decode_time_s': record.decodeTime } : {}),
+      'strata.e2e_s': record.e2e,
+    });
+    span.addEvent('finished', { 'strata.finish_reason': record.finishReason });
+    if (record.finishReason === 'error') span.setStatus({ code: SpanStatusCode.ERROR });
+    span.end();
   }
 
   async close(): Promise<void> {

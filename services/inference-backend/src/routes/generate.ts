@@ -10,6 +10,7 @@ import {
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { SseStream } from '../http/sse.js';
 import type { ModelHost } from '../inference/model-host.js';
+import { requestContext } from '../observability/request-context.js';
 import { clientGone, platformFields, samplingParams, stopStrings } from './request-fields.js';
 
 export interface GenerateRouteOptions {
@@ -45,6 +46,7 @@ export const generateRoutes: FastifyPluginAsyncZod<GenerateRouteOptions> = async
         stop: stopStrings(body.stop),
         signal: sse?.signal ?? clientGone(reply),
         ...platformFields(request, body.priority),
+        ...requestContext(request),
       });
 
       if (!sse) {

@@ -1,0 +1,160 @@
+// The OpenAI-compatible bodies (POST /v1/completions, POST /v1/chat/completions, GET
+// /v1/models), as vLLM serves them: OpenAI's fields plus vLLM's sampling extras (top_k, min_p,
+// repetition_penalty, ignore_eos, min_tokens, ...). Unknown fields are accepted and ignored,
+// because OpenAI clients send fields this server has no use for; fields whose values it cannot
+// honour (n > 1, echo) are rejected with a message that says what to send instead.
+import { z } from 'zod';
+import { samplingFields } from './protocol.js';
+
+const maxTokens = z.number().int().min(1).max(1_000_000);
+
+/** Fields both OpenAI routes share. */
+const commonFields = {
+  model: z.string().min(1).optional(),
+  ...samplingFields,
+  n: z.literal(1, { error: 'only n=1 is supported: send one request per completion you want' }).optional(),
+  stream: z.boolean().default(false),
+  stream_options: z
+    .looseObject({
+      /** Adds a last chunk with usage (and usage: null on the others). */
+      include_usage: z.boolean().optional(),
+    })
+    .optional(),
+  user: z.string().optional(),
+  /** vLLM's priority: lower is more urgent; the x-strata-priority header may set it too. */
+  priority: z.number().int().min(-100).max(100).optional(),
+};
+
+const promptError =
+  'prompt must be a non-empty string, a list of exactly one string, or a non-empty list of token ids';
+
+/** POST /v1/completions. */
+export const completionRequestSchema = z.looseObject({
+  ...commonFields,
+  prompt: z.union(
+    [
+      z.string().min(1),
+      z.array(z.string().min(1)).length(1),
+      z.array(z.number().int().min(0)).min(1),
+      z.array(z.array(z.number().int().min(0)).min(1)).length(1),
+    ],
+    { error: promptError },
+  ),
+  max_tokens: maxTokens.default(16),
+  /** Top-n logprobs per token (0 = the sampled token's only). */
+  logprobs: z.number().int().min(0).max(5).optional(),
+  echo: z
+    .literal(false, { error: 'echo=true is not supported: the response holds the completion only' })
+    .optional(),
+  best_of: z
+    .literal(1, { error: 'only best_of=1 is supported: send one request per completion you want' })
+    .optional(),
+});
+export type CompletionRequest = z.output<typeof completionRequestSchema>;
+
+export const chatContentPartSchema = z.looseObject({
+  type: z.literal('text', { error: "only content parts of type 'text' are supported" }),
+  text: z.string(),
+});
+
+export const chatMessageSchema = z.looseObject({
+  role: z.enum(['system', 'user', 'assistant'], {
+    error: "role must be 'system', 'user' or 'assistant'",
+  }),
+  content: z.union([z.string(), z.array(chatContentPartSchema)], {
+    error: "content must be a string or a list of {type: 'text', text} parts",
+  }),
+  name: z.string().optional(),
+});
+export type ChatMessageInput = z.output<typeof chatMessageSchema>;
+
+/** POST /v1/chat/completions. */
+export const chatCompletionRequestSchema = z.looseObject({
+  ...commonFields,
+  messages: z.array(chatMessageSchema).min(1, { error: 'messages must hold at least one message' }),
+  /** Deprecated by OpenAI in favour of max_completion_tokens; either works, the latter wins. */
+  max_tokens: maxTokens.optional(),
+  max_completion_tokens: maxTokens.optional(),
+  logprobs: z.boolean().default(false),
+  top_logprobs: z.number().int().min(0).max(20).optional(),
+  /** vLLM: end the prompt with the opening of an assistant turn (default true). */
+  add_generation_prompt: z.boolean().default(true),
+  /** vLLM: more variables for the chat template. */
+  chat_template_kwargs: z.record(z.string(), z.unknown()).optional(),
+});
+export type ChatCompletionRequest = z.output<typeof chatCompletionRequestSchema>;
+
+// Responses. finish_reason is 'stop' or 'length', or 'abort' for a request cancelled in the
+// engine, as vLLM reports it.
+export const openAiFinishReasonSchema = z.enum(['stop', 'length', 'abort']);
+export type OpenAiFinishReason = z.output<typeof openAiFinishReasonSchema>;
+
+export const openAiUsageSchema = z.object({
+  prompt_tokens: z.number().int(),
+  completion_tokens: z.number().int(),
+  total_tokens: z.number().int(),
+});
+export type OpenAiUsage = z.output<typeof openAiUsageSchema>;
+
+export const completionLogprobsSchema = z.object({
+  tokens: z.array(z.string()),
+  token_logprobs: z.array(z.number()),
+  top_logprobs: z.array(z.record(z.string(), z.number())).nullable(),
+  text_offset: z.array(z.number().int()),
+});
+export type CompletionLogprobs = z.output<typeof completionLogprobsSchema>;
+
+export const completionResponseSchema = z.object({
+  id: z.string(),
+  object: z.literal('text_completion'),
+  created: z.number().int(),
+  model: z.string(),
+  choices: z.array(
+    z.object({
+      index: z.number().int(),
+      text: z.string(),
+      logprobs: completionLogprobsSchema.nullable(),
+      finish_reason: openAiFinishReasonSchema.nullable(),
+    }),
+  ),
+  usage: openAiUsageSchema,
+});
+export type CompletionResponse = z.output<typeof completionResponseSchema>;
+
+const chatTopLogprobSchema = z.object({
+  token: z.string(),
+  logprob: z.number(),
+  bytes: z.array(z.number().int()).nullable(),
+});
+export const chatLogprobsSchema = z.object({
+  content: z.array(chatTopLogprobSchema.extend({ top_logprobs: z.array(chatTopLogprobSchema) })),
+});
+export type ChatLogprobs = z.output<typeof chatLogprobsSchema>;
+
+export const chatCompletionResponseSchema = z.object({
+  id: z.string(),
+  object: z.literal('chat.completion'),
+  created: z.number().int(),
+  model: z.string(),
+  choices: z.array(
+    z.object({
+      index: z.number().int(),
+      message: z.object({ role: z.literal('assistant'), content: z.string() }),
+      logprobs: chatLogprobsSchema.nullable(),
+      finish_reason: openAiFinishReasonSchema.nullable(),
+    }),
+  ),
+  usage: openAiUsageSchema,
+});
+export type ChatCompletionResponse = z.output<typeof chatCompletionResponseSchema>;
+
+export const modelCardSchema = z.object({
+  id: z.string(),
+  object: z.literal('model'),
+  created: z.number().int(),
+  owned_by: z.string(),
+  root: z.string(),
+  max_model_len: z.number().int(),
+});
+export const modelListSchema = z.object({ object: z.literal('list'), data: z.array(modelCardSchema) });
+export type ModelList = z.output<typeof modelListSchema>;

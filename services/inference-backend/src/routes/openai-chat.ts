@@ -1,0 +1,167 @@
+// POST /v1/chat/completions (OpenAI-compatible, as vLLM serves it): the messages rendered with
+// the model's chat template (tokenizer_config.json), then generated like a completion. JSON, or
+// SSE chunks (the first carries delta.role 'assistant') then [DONE].
+import {
+  type ChatCompletionRequest,
+  type ChatCompletionResponse,
+  type ChatMessageInput,
+  chatCompletionRequestSchema,
+  chatCompletionResponseSchema,
+} from '@strata/common';
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import type { TextDone } from '../engine/text-generation.js';
+import { SseStream } from '../http/sse.js';
+import type { InferenceRuntime } from '../inference/runtime.js';
+import type { ChatMessage, ChatTemplate } from '../model/chat-template.js';
+import { requestContext } from '../observability/request-context.js';
+import type { OpenAiRouteOptions } from './openai-completions.js';
+import {
+  ChatLogprobsBuilder,
+  chatCompletionId,
+  checkStreamOptions,
+  dropNullFields,
+  openAiErrors,
+  openAiFinishReason,
+  openAiUsage,
+  streamChunks,
+  unixSeconds,
+} from './openai-shared.js';
+import { clientGone, platformFields, samplingParams, stopStrings } from './request-fields.js';
+
+// One parsed template per loaded runtime (a reload brings a new runtime and a new template).
+const templates = new WeakMap<InferenceRuntime, ChatTemplate>();
+
+function chatTemplate(runtime: InferenceRuntime): ChatTemplate {
+  let template = templates.get(runtime);
+  if (!template) {
+    template = runtime.chatTemplate(); // throws STRATA_NO_CHAT_TEMPLATE (400) when there is none
+    templates.set(runtime, template);
+  }
+  return template;
+}
+
+/** Content parts are joined with newlines, as vLLM does for text parts. */
+function templateMessages(messages: readonly ChatMessageInput[]): ChatMessage[] {
+  return messages.map((m) => ({
+    role: m.role,
+    content: typeof m.content === 'string' ? m.content : m.content.map((part) => part.text).join('\n'),
+  }));
+}
+
+/**
+ * The prompt ids of a chat request. The rendered text already holds the special tokens the
+ * template writes (usually `{{ bos_token }}` first), so it is encoded without adding any
+ * (as transformers' apply_chat_template and vLLM do); BOS is then added only when the model's
+ * config asks for it (add_bos_token) and the template did not already put it first, so a
+ * prompt never starts with two BOS tokens.
+ */
+export async function chatPromptIds(
+  runtime: InferenceRuntime,
+  body: Pick<ChatCompletionRequest, 'messages' | 'add_generation_prompt' | 'chat_template_kwargs'>,
+): Promise<number[]> {
+  const text = chatTemplate(runtime).render(templateMessages(body.messages), {
+    addGenerationPrompt: body.add_generation_prompt,
+    ...(body.chat_template_kwargs ? { variables: body.chat_template_kwargs } : {}),
+  });
+  const { tokenizer } = runtime;
+  const ids = await tokenizer.encode(text, { addSpecialTokens: false });
+  const bos = tokenizer.bosTokenId;
+  if (tokenizer.files.addBosToken && bos !== null && ids[0] !== bos) ids.unshift(bos);
+  return ids;
+}
+
+export const chatRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = async (app, options) => {
+  app.post(
+    '/v1/chat/completions',
+    {
+      preValidation: dropNullFields,
+      schema: {
+        summary: 'OpenAI-compatible chat completion; SSE chunks when stream is true',
+        body: chatCompletionRequestSchema,
+        response: { 200: chatCompletionResponseSchema, ...openAiErrors },
+      },
+    },
+    async (request, reply) => {
+      const runtime = options.host.get();
+      const body = request.body;
+      runtime.checkModel(body.model);
+      checkStreamOptions(body);
+      const prompt = await chatPromptIds(runtime, body);
+      const maxTokens = body.max_completion_tokens ?? body.max_tokens;
+      const topLogprobs = body.logprobs ? (body.top_logprobs ?? 0) : undefined;
+      const sse = body.stream ? new SseStream(reply, options.sseHeartbeatMs) : undefined;
+      const events = await runtime.start({
+        prompt,
+        params: samplingParams({ ...body, max_tokens: maxTokens }, topLogprobs),
+        stop: stopStrings(body.stop),
+        signal: sse?.signal ?? clientGone(reply),
+        ...platformFields(request, body.priority),
+        ...requestContext(request),
+      });
+      const id = chatCompletionId();
+      const created = unixSeconds();
+      const model = runtime.modelName;
+
+      if (!sse) {
+        const logprobs = body.logprobs ? new ChatLogprobsBuilder(runtime.tokenizer) : undefined;
+        let content = '';
+        let done: TextDone | undefined;
+        for await (const event of events) {
+          if (event.type === 'token') logprobs?.add(event);
+          else done = event;
+          content += event.text;
+        }
+        const out: ChatCompletionResponse = {
+          id,
+          object: 'chat.completion',
+          created,
+          model,
+          choices: [
+            {
+              index: 0,
+              message: { role: 'assistant', content },
+              logprobs: logprobs?.value ?? null,
+              finish_reason: done ? openAiFinishReason(done.finishReason) : 'abort',
+            },
+          ],
+          usage: done ? openAiUsage(done) : { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 },
+        };
+        return out;
+      }
+
+      const includeUsage = body.stream_options?.include_usage === true;
+      const chunk = (choice: Record<string, unknown>) => ({
+        id,
+        object: 'chat.completion.chunk',
+        created,
+        model,
+        choices: [{ index: 0, logprobs: null, finish_reason: null, ...choice }],
+        ...(includeUsage ? { usage: null } : {}),
+      });
+      await streamChunks(
+        request,
+        sse,
+        events,
+        {
+          opening: () => chunk({ delta: { role: 'assistant', content: '' } }),
+          delta: (text, token, done) => {
+            let logprobs = null;
+            if (body.logprobs && token) {
+              const builder = new ChatLogprobsBuilder(runtime.tokenizer);
+              builder.add(token);
+              logprobs = builder.value;
+            }
+            return chunk({
+              delta: { content: text },
+              logprobs,
+              finish_reason: done ? openAiFinishReason(done.finishReason) : null,
+            });
+          },
+          usage: (usage) => ({ id, object: 'chat.completion.chunk', created, model, choices: [], usage }),
+        },
+        { includeUsage, everyToken: body.logprobs },
+      );
+      return reply;
+    },
+  );
+};

@@ -1,0 +1,80 @@
+// A span per request, exported over OTLP/HTTP to a real receiver (a node http server), child
+// of the traceparent the request came with, carrying the engine's moments as events.
+import { randomBytes } from 'node:crypto';
+import { createServer, type IncomingMessage } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { startTelemetry } from '@strata/common';
+import { describe, expect, it } from 'vitest';
+import { json } from './support/backend.js';
+import { startObservedBackend } from './support/observed-backend.js';
+
+interface OtlpSpan {
+  name: string;
+  traceId: string;
+  spanId: string;
+  parentSpanId?: string;
+  attributes: { key: string; value: Record<string, unknown> }[];
+  events: { name: string }[];
+}
+
+describe('tracing', () => {
+  it('exports a span per request, child of the incoming traceparent, with queue/first token events', async () => {
+    const bodies: string[] = [];
+    const collector = createServer((req: IncomingMessage, res) => {
+      let body = '';
+      req.on('data', (chunk: Buffer) => {
+        body += chunk.toString('utf8');
+      });
+      req.on('end', () => {
+        if (req.url === '/v1/traces') bodies.push(body);
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      });
+    });
+    await new Promise<void>((resolve) => collector.listen(0, '127.0.0.1', resolve));
+    const { port } = collector.address() as AddressInfo;
+    const telemetry = startTelemetry({
+      serviceName: 'inference-backend',
+      endpoint: `http://127.0.0.1:${port}`,
+    });
+    const backend = await startObservedBackend();
+    try {
+      await backend.start();
+      const traceId = randomBytes(16).toString('hex');
+      const parentId = randomBytes(8).toString('hex');
+      const res = await fetch(`${backend.url}/v1/generate`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          traceparent: `00-${traceId}-${parentId}-01`,
+          'x-request-id': 'traced-1',
+        },
+        body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 3, temperature: 0, ignore_eos: true }),
+      });
+      expect(res.status).toBe(200);
+      const out = await json(res);
+      await telemetry.shutdown(); // flushes the batch
+
+      const spans: OtlpSpan[] = bodies.flatMap((b) =>
+        (JSON.parse(b) as { resourceSpans: { scopeSpans: { spans: OtlpSpan[] }[] }[] }).resourceSpans.flatMap(
+          (r) => r.scopeSpans.flatMap((s) => s.spans),
+        ),
+      );
+      const span = spans.find((s) => s.name === 'inference.request');
+      expect(span).toBeDefined();
+      expect(span?.traceId).toBe(traceId);
+      expect(span?.parentSpanId).toBe(parentId);
+      expect(span?.events.map((e) => e.name)).toEqual(['queued', 'scheduled', 'first_token', 'finished']);
+      const attr = (key: string) => span?.attributes.find((a) => a.key === key)?.value;
+      expect(attr('gen_ai.request.model')).toEqual({ stringValue: 'tinystories-656k' });
+      expect(attr('strata.request_id')).toEqual({ stringValue: 'traced-1' });
+      expect(Number(attr('gen_ai.usage.output_tokens')?.intValue)).toBe(out.usage.output_tokens);
+      expect(Number(attr('gen_ai.usage.input_tokens')?.intValue)).toBe(out.usage.input_tokens);
+      expect(attr('gen_ai.response.finish_reasons')).toEqual({
+        arrayValue: { values: [{ stringValue: 'length' }] },
+      });
+    } finally {
+      await backend.close();
+      collector.close();
+    }
+  });
+});
