@@ -1,0 +1,147 @@
+// SIGTERM on the real service process (node dist/main.js): readiness drops at once, a stream in
+// flight still finishes with done, and the process exits 0. Uses dist/ from the package build
+// (the turbo test task runs after build); builds it here only when it is missing.
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { modelPath } from './support/models.js';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const mainJs = join(root, 'dist', 'main.js');
+
+let child: ChildProcess | undefined;
+let exited: Promise<number | null>;
+const logs: Record<string, unknown>[] = [];
+
+beforeAll(async () => {
+  if (!existsSync(mainJs)) {
+    execFileSync(
+      process.execPath,
+      [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'],
+      {
+        cwd: root,
+        stdio: 'inherit',
+      },
+    );
+  }
+}, 60_000);
+
+afterAll(() => {
+  if (child && child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+});
+
+async function waitFor<T>(what: string, poll: () => Promise<T | undefined>, timeoutMs: number): Promise<T> {
+  const until = Date.now() + timeoutMs;
+  for (let i = 0; i < 1000 && Date.now() < until; i++) {
+    const value = await poll();
+    if (value !== undefined) return value;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+describe('SIGTERM drain (real process)', () => {
+  it('turns not ready, finishes the in-flight stream with done, and exits 0', async () => {
+    const proc = spawn(process.execPath, [mainJs], {
+      cwd: root,
+      env: {
+        ...process.env,
+        STRATA_MODEL_DIR: modelPath('tinystories-656k'),
+        STRATA_KV_CACHE_BLOCKS: '512',
+        STRATA_ENGINE_THREADS: '1',
+        STRATA_MAX_NUM_SEQS: '1',
+        STRATA_DRAIN_TIMEOUT_MS: '20000',
+        PORT: '0',
+        HOST: '127.0.0.1',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    child = proc;
+    exited = new Promise((resolve) => proc.once('exit', (code) => resolve(code)));
+    const stderr: string[] = [];
+    proc.stderr?.on('data', (chunk: Buffer) => stderr.push(chunk.toString()));
+    let address: string | undefined;
+    createInterface({ input: proc.stdout as NodeJS.ReadableStream }).on('line', (line) => {
+      try {
+        const entry = JSON.parse(line) as Record<string, unknown>;
+        logs.push(entry);
+        if (entry.msg === 'listening' && typeof entry.address === 'string') address = entry.address;
+      } catch {
+        // not a log line
+      }
+    });
+    const url = await waitFor('the listening line', async () => address, 15_000).catch((err: Error) => {
+      throw new Error(`${err.message}; stderr: ${stderr.join('')}`);
+    });
+    await waitFor(
+      '/health/ready 200',
+      async () => ((await fetch(`${url}/health/ready`)).status === 200 ? true : undefined),
+      20_000,
+    );
+
+    // One sequence at a time (STRATA_MAX_NUM_SEQS=1): 12 streams of 450 tokens go first, so the
+    // 300-token stream under test is admitted (200, headers sent) and still in flight, queued
+    // then decoding, for a good while after SIGTERM; the drain must wait for all of them.
+    const open = (maxTokens: number, prompt: string) =>
+      fetch(`${url}/v1/generate`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ prompt, max_tokens: maxTokens, ignore_eos: true, stream: true }),
+      });
+    const ahead = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => open(450, `Once upon a time there was a dog number ${i}`)),
+    );
+    const main = await open(300, 'Once upon a time');
+    for (const res of [...ahead, main]) expect(res.status).toBe(200);
+    let doneAt = Number.POSITIVE_INFINITY;
+    const mainText = main.text().then((text) => {
+      doneAt = performance.now();
+      return text;
+    });
+    const aheadTexts = Promise.all(ahead.map((res) => res.text()));
+    proc.kill('SIGTERM');
+
+    // Not ready for new work: 503 from readiness, or the listener is already closed.
+    const readiness = await waitFor(
+      'readiness to drop',
+      async () => {
+        try {
+          const res = await fetch(`${url}/health/ready`, { headers: { connection: 'close' } });
+          return res.status === 503 ? 'not ready (503)' : undefined;
+        } catch {
+          return 'connection refused';
+        }
+      },
+      5_000,
+    );
+    const notReadyAt = performance.now();
+    expect(['not ready (503)', 'connection refused']).toContain(readiness);
+
+    const events = (await mainText)
+      .split('\n\n')
+      .map((frame) => frame.split('\n').find((line) => line.startsWith('data: ')))
+      .filter((line): line is string => line !== undefined)
+      .map((line) => JSON.parse(line.slice(6)) as Record<string, unknown>);
+    // The stream was still running when the service had already stopped being ready.
+    expect(doneAt).toBeGreaterThan(notReadyAt);
+    expect(events.at(-1)).toMatchObject({
+      type: 'done',
+      finish_reason: 'length',
+      usage: { output_tokens: 300 },
+    });
+    expect(events.filter((e) => e.type === 'token')).toHaveLength(300);
+    for (const text of await aheadTexts) expect(text).toContain('"finish_reason":"length"');
+
+    const code = await Promise.race([
+      exited,
+      new Promise<'hung'>((r) => setTimeout(() => r('hung'), 20_000)),
+    ]);
+    expect(code).toBe(0);
+    // The drain began while the stream was running, and ended drained.
+    expect(logs.some((l) => l.msg === 'shutdown: draining')).toBe(true);
+    expect(logs.find((l) => l.msg === 'shutdown: done')).toMatchObject({ outcome: 'drained' });
+  }, 60_000);
+});
