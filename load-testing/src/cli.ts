@@ -35,7 +35,9 @@ process.stdout.write(
     : '  model: none found: set STRATA_MODEL_DIR to a Hugging Face model directory\n',
 );
 for (const s of platform.services) {
-  process.stdout.write(`  ${s.name.padEnd(width)}  ${s.url}   /health/live  /health/ready  /metrics\n`);
+  process.stdout.write(
+    `  ${s.name.padEnd(width)}  ${s.url}   /health/live  /health/ready  /metrics   (pid ${s.pid})\n`,
+  );
 }
 process.stdout.write('Press Ctrl-C to stop.\n');
 

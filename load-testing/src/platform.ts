@@ -90,8 +90,11 @@ function startService(
       ...options.env,
       HOST: options.host ?? '127.0.0.1',
       PORT: String(port),
+      // The stdin pipe is a lifeline: when this launcher dies, even by SIGKILL, it closes and
+      // the service shuts down instead of running on as an orphan.
+      STRATA_EXIT_WITH_STDIN: '1',
     },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: ['pipe', 'pipe', 'pipe'],
   });
   const timeoutMs = options.startTimeoutMs ?? 60_000;
   return new Promise((resolve, reject) => {

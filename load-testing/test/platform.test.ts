@@ -25,7 +25,10 @@ beforeAll(async () => {
   });
 }, 120_000);
 
-afterAll(() => {
+afterAll(async () => {
+  if (launcher.exitCode !== null) return;
+  launcher.kill('SIGTERM');
+  await new Promise((resolve) => setTimeout(resolve, 5_000).unref() && launcher.once('exit', resolve));
   if (launcher.exitCode === null) launcher.kill('SIGKILL');
 });
 
@@ -70,6 +73,39 @@ describe('local platform', () => {
       model: 'tinystories-656k',
       usage: { output_tokens: expect.any(Number) },
     });
+  });
+
+  it('takes its services down when it is killed outright', async () => {
+    const killed = spawn(process.execPath, [cli, 'up', '--ephemeral', '--quiet'], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    const pids: number[] = [];
+    const seen = new Map<string, string>();
+    await new Promise<void>((resolve, reject) => {
+      killed.once('exit', (code) => reject(new Error(`launcher exited with ${code}`)));
+      createInterface({ input: killed.stdout as NodeJS.ReadableStream }).on('line', (line) => {
+        const m = /^ {2}(\S+)\s+(http:\/\/\S+).*\(pid (\d+)\)$/.exec(line);
+        if (m?.[1] && m[2] && m[3]) {
+          seen.set(m[1], m[2]);
+          pids.push(Number(m[3]));
+        }
+        if (line.startsWith('Press Ctrl-C')) resolve();
+      });
+    });
+    expect(pids).toHaveLength(4);
+    killed.kill('SIGKILL');
+    // Every service sees its stdin close, shuts down and exits, though its stdout is gone too.
+    const running = (pid: number) => {
+      try {
+        process.kill(pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    for (let i = 0; i < 150 && pids.some(running); i++) await new Promise((r) => setTimeout(r, 100));
+    expect(pids.filter(running)).toEqual([]);
+    for (const url of seen.values()) await expect(fetch(`${url}/health/live`)).rejects.toThrow();
   });
 
   it('stops every service on SIGTERM', async () => {

@@ -1,6 +1,6 @@
 // pino JSON lines for Loki: ISO timestamps, a textual level, the service name on every line,
 // and request_id / trace_id bound on request-scoped children.
-import { type DestinationStream, destination, type Logger, pino, stdTimeFunctions } from 'pino';
+import { type DestinationStream, type Logger, pino, stdTimeFunctions } from 'pino';
 
 export type { Logger } from 'pino';
 
@@ -11,6 +11,22 @@ export interface LoggerOptions {
   destination?: DestinationStream;
 }
 
+let stdoutGuarded = false;
+
+// Lines go to process.stdout, not a sonic-boom destination: sonic-boom 4's flushSync, which pino
+// runs at exit, retries a write that failed with EPIPE forever, so a process whose stdout reader
+// was gone (a killed launcher) hung inside process.exit(). On process.stdout, EPIPE is an error
+// event: the lines are dropped and the process goes on (and can exit).
+function stdoutDestination(): DestinationStream {
+  if (!stdoutGuarded) {
+    stdoutGuarded = true;
+    process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+      if (err.code !== 'EPIPE') throw err;
+    });
+  }
+  return process.stdout;
+}
+
 export function createLogger(options: LoggerOptions): Logger {
   return pino(
     {
@@ -19,7 +35,7 @@ export function createLogger(options: LoggerOptions): Logger {
       timestamp: stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }) },
     },
-    options.destination ?? destination({ sync: false }),
+    options.destination ?? stdoutDestination(),
   );
 }
 

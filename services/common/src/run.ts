@@ -10,6 +10,9 @@ import { Readiness } from './readiness.js';
 import { createShutdown, exitOnSignals } from './shutdown.js';
 import { startTelemetry, type Telemetry } from './telemetry.js';
 
+// Past the drain deadline, the time cleanup (engine close, trace flush) may still take.
+const FORCE_EXIT_GRACE_MS = 10_000;
+
 export interface RunOptions {
   app: FastifyInstance;
   logger: Logger;
@@ -32,7 +35,10 @@ export async function runService(options: RunOptions): Promise<string> {
       await telemetry.shutdown();
     },
   });
-  exitOnSignals(shutdown, logger);
+  exitOnSignals(shutdown, logger, {
+    forceExitAfterMs: options.drainTimeoutMs + FORCE_EXIT_GRACE_MS,
+    exitWithStdin: process.env.STRATA_EXIT_WITH_STDIN === '1',
+  });
   const address = await app.listen({ host: options.host, port: options.port });
   // A machine-readable line: the local launcher and tests read the bound port from it.
   logger.info({ address, tracing: telemetry.enabled }, 'listening');

@@ -51,21 +51,49 @@ export function createShutdown(options: ShutdownOptions): (reason: string) => Pr
   };
 }
 
-/** SIGTERM/SIGINT → shutdown, then exit 0 when drained, 1 when the deadline cut requests. */
-export function exitOnSignals(shutdown: (reason: string) => Promise<DrainOutcome>, logger: Logger): void {
-  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-    process.once(signal, () => {
-      shutdown(signal).then(
-        (outcome) => {
-          logger.flush();
-          process.exit(outcome === 'drained' ? 0 : 1);
-        },
-        (err: unknown) => {
-          logger.error({ err }, 'shutdown failed');
-          logger.flush();
-          process.exit(1);
-        },
-      );
-    });
+export interface ExitOptions {
+  /**
+   * Exit 1 this long after shutdown began even if it has not finished (e.g. logs that cannot be
+   * written because stdout's reader is gone): a shutdown must never hang.
+   */
+  forceExitAfterMs: number;
+  /**
+   * Also shut down when stdin closes: a launcher that spawned this process with a stdin pipe
+   * (the local platform) takes its children down with it, even when it is killed.
+   */
+  exitWithStdin?: boolean;
+}
+
+/**
+ * SIGTERM/SIGINT (and, if asked, stdin closing) → shutdown, then exit 0 when drained, 1 when
+ * the deadline cut requests or shutdown failed or overran forceExitAfterMs.
+ */
+export function exitOnSignals(
+  shutdown: (reason: string) => Promise<DrainOutcome>,
+  logger: Logger,
+  options: ExitOptions,
+): void {
+  let started = false;
+  const begin = (reason: string) => {
+    if (started) return;
+    started = true;
+    setTimeout(() => process.exit(1), options.forceExitAfterMs).unref();
+    shutdown(reason).then(
+      (outcome) => {
+        logger.flush();
+        process.exit(outcome === 'drained' ? 0 : 1);
+      },
+      (err: unknown) => {
+        logger.error({ err }, 'shutdown failed');
+        logger.flush();
+        process.exit(1);
+      },
+    );
+  };
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => begin(signal));
+  if (options.exitWithStdin) {
+    process.stdin.on('end', () => begin('stdin closed (launcher exited)'));
+    process.stdin.on('error', () => begin('stdin closed (launcher exited)'));
+    process.stdin.resume();
   }
 }
