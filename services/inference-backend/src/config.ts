@@ -11,6 +11,8 @@ export const configSchema = baseServiceSchema.extend({
   servedModelName: z.string().min(1).optional(),
   engine: z
     .object({
+      /** Model backend: cpu (every machine) or cuda (NVIDIA GPUs; see docs/engine.md for its state). */
+      backend: z.enum(['cpu', 'cuda']).default('cpu'),
       /** Compute threads; 0 = every core. */
       threads: nonNegativeInt(0),
       /** KV pool in blocks; 0 = from kvCacheBytes, else kvMemoryFraction of available memory. */
@@ -45,6 +47,7 @@ export const configEnv: EnvMap = {
   ...baseServiceEnv,
   modelDir: 'STRATA_MODEL_DIR',
   servedModelName: 'STRATA_SERVED_MODEL_NAME',
+  'engine.backend': 'STRATA_ENGINE_BACKEND',
   'engine.threads': 'STRATA_ENGINE_THREADS',
   'engine.numBlocks': 'STRATA_KV_CACHE_BLOCKS',
   'engine.kvCacheBytes': 'STRATA_KV_CACHE_BYTES',

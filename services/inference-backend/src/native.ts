@@ -36,6 +36,8 @@ export interface CudaInfo {
 
 /** loadEngine() options (native/addon/engine_binding.cpp, LoadOptions). */
 export interface NativeLoadOptions {
+  /** 'cpu' (default) or 'cuda'; a backend this build or machine cannot run fails the load. */
+  backend?: 'cpu' | 'cuda';
   /** A Hugging Face model directory; or leave empty and name a dummyPreset. */
   modelDir?: string;
   /** Random weights for a named shape, e.g. "llama-3-8b" (benchmarks). */

@@ -222,6 +222,15 @@ describe('engine under pressure', () => {
     expect(stats.kvBlocksFree + stats.kvBlocksCached).toBe(stats.kvBlocksTotal);
   });
 
+  it('rejects a backend it cannot run, saying which ones exist', async () => {
+    await expect(
+      Engine.load({ modelDir: modelPath('tinystories-656k'), backend: 'cuda' }),
+    ).rejects.toMatchObject({
+      code: 'STRATA_INVALID_CONFIG',
+      message: expect.stringContaining('backend "cuda" is not available yet'),
+    });
+  });
+
   it('fails loading a model directory that does not exist with a code', async () => {
     await expect(Engine.load({ modelDir: '/nonexistent/model' })).rejects.toMatchObject({
       name: 'EngineError',

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "js_errors.h"
+#include "strata/coded_error.h"
 #include "strata/cpu_backend.h"
 #include "strata/model_config.h"
 
@@ -18,6 +19,7 @@ Napi::FunctionReference* g_constructor = nullptr;
 
 // What loadEngine() accepts; checked in TS first, re-checked here for direct callers.
 struct LoadOptions {
+  std::string backend = "cpu";
   std::string model_dir;    // a Hugging Face directory, or empty with a dummy preset
   std::string dummy_preset; // e.g. "llama-3-8b" with random weights
   uint64_t dummy_seed = 0;
@@ -44,6 +46,7 @@ std::string get_string(const Napi::Object& o, const char* key) {
 
 LoadOptions parse_load_options(const Napi::Object& o) {
   LoadOptions opts;
+  if (o.Get("backend").IsString()) opts.backend = get_string(o, "backend");
   opts.model_dir = get_string(o, "modelDir");
   opts.dummy_preset = get_string(o, "dummyPreset");
   opts.dummy_seed = static_cast<uint64_t>(get_double(o, "dummySeed", 0));
@@ -93,6 +96,14 @@ class LoadWorker : public Napi::AsyncWorker {
 
   void Execute() override {
     try {
+      if (opts_.backend == "cuda") {
+        throw CodedError("STRATA_INVALID_CONFIG",
+                         "backend \"cuda\" is not available yet: this build has no CUDA model backend (the CUDA "
+                         "backend issue adds it); use backend \"cpu\"");
+      }
+      if (opts_.backend != "cpu") {
+        throw CodedError("STRATA_INVALID_CONFIG", "backend must be \"cpu\" or \"cuda\", got \"" + opts_.backend + "\"");
+      }
       auto started = std::chrono::steady_clock::now();
       auto loaded = std::make_unique<LoadedEngine>();
       CpuBackendOptions backend_options{opts_.num_threads};

@@ -117,6 +117,7 @@ export class InferenceRuntime {
     const { engine: e } = config;
     const engine = await Engine.load({
       modelDir: config.modelDir,
+      backend: e.backend,
       threads: e.threads,
       numBlocks: e.numBlocks,
       kvCacheBytes: e.kvCacheBytes,
