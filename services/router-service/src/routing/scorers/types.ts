@@ -1,0 +1,20 @@
+// A scorer rates every eligible backend for one request in [0,1], higher = better, as an array
+// aligned with the candidates. Scorers are pure: they read their inputs and change nothing.
+import type { EligibleBackend } from '../filters.js';
+import type { PrefixIndex } from './prefix-index.js';
+
+/** Score given to a backend whose load is unknown or stale: neither favoured nor avoided. */
+export const NEUTRAL_SCORE = 0.5;
+
+export interface ScoreInput {
+  /** Chain hashes of the prompt's leading blocks (see prefixHashes); empty when not computed. */
+  prefixHashes: readonly number[];
+  /** Where recent prefixes went; absent disables prefix affinity. */
+  prefixIndex?: PrefixIndex;
+  /** The backend the session store holds for this request's session, if any. */
+  sessionBackend?: string;
+}
+
+export type ScorerName = 'queue' | 'kv' | 'prefix' | 'session';
+
+export type Scorer = (candidates: readonly EligibleBackend[], input: ScoreInput) => number[];
