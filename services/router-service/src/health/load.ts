@@ -1,0 +1,47 @@
+// The backend's GET /load report (services/inference-backend/src/routes/load.ts), parsed
+// leniently: the fields the router uses must be there and sane, extra fields are ignored.
+import { z } from 'zod';
+
+const count = z.number().int().nonnegative();
+
+export const loadReportSchema = z.object({
+  ready: z.boolean(),
+  running: count,
+  waiting: count,
+  kv_usage: z.number().min(0).max(1),
+  kv_blocks_free: count,
+  live_requests: count.optional(),
+  kv_blocks_total: count.optional(),
+  timestamp_ms: count.optional(),
+});
+
+export type LoadReport = z.infer<typeof loadReportSchema>;
+
+/** What the picker reads: the last load report and when the router received it. */
+export interface BackendLoad {
+  waiting: number;
+  running: number;
+  /** Used KV blocks / total, 0..1. */
+  kvUsage: number;
+  /** KV blocks a new request can take. */
+  freeBlocks: number;
+  /** Receive time, epoch ms (the router's clock, not the backend's). */
+  at: number;
+}
+
+export function toBackendLoad(report: LoadReport, at: number): BackendLoad {
+  return {
+    waiting: report.waiting,
+    running: report.running,
+    kvUsage: report.kv_usage,
+    freeBlocks: report.kv_blocks_free,
+    at,
+  };
+}
+
+/** DESIGN.md §3: load older than ~250 ms counts as unknown. */
+export const LOAD_MAX_AGE_MS = 250;
+
+export function isLoadFresh(load: BackendLoad | undefined, now: number, maxAgeMs = LOAD_MAX_AGE_MS): boolean {
+  return load !== undefined && now - load.at <= maxAgeMs;
+}

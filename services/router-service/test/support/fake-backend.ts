@@ -1,0 +1,91 @@
+// A real HTTP server on 127.0.0.1 standing in for an inference backend's /health/ready and
+// /load, with answers the test controls.
+import { once } from 'node:events';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+export interface FakeLoad {
+  model: string;
+  ready: boolean;
+  running: number;
+  waiting: number;
+  live_requests: number;
+  kv_usage: number;
+  kv_blocks_free: number;
+  kv_blocks_total: number;
+  timestamp_ms: number;
+}
+
+export class FakeBackend {
+  readyStatus = 200;
+  /** 'ok': answer; 'hang': never answer /load; 'garbage': invalid JSON. */
+  loadMode: 'ok' | 'hang' | 'garbage' = 'ok';
+  load: Omit<FakeLoad, 'timestamp_ms'> = {
+    model: 'test-model',
+    ready: true,
+    running: 0,
+    waiting: 0,
+    live_requests: 0,
+    kv_usage: 0,
+    kv_blocks_free: 1000,
+    kv_blocks_total: 1000,
+  };
+  readonly hits = { ready: 0, load: 0 };
+  private server: http.Server;
+  private port = 0;
+
+  private constructor() {
+    this.server = this.create();
+  }
+
+  static async start(): Promise<FakeBackend> {
+    const backend = new FakeBackend();
+    await backend.listen(0);
+    return backend;
+  }
+
+  get url(): string {
+    return `http://127.0.0.1:${this.port}`;
+  }
+
+  /** Close the server and every open connection (the backend is gone). */
+  async close(): Promise<void> {
+    if (!this.server.listening) return;
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    this.server.closeAllConnections();
+    await closed;
+  }
+
+  /** Listen again on the same port (the backend came back). */
+  async reopen(): Promise<void> {
+    this.server = this.create();
+    await this.listen(this.port);
+  }
+
+  private create(): http.Server {
+    return http.createServer((req, res) => {
+      if (req.url === '/health/ready') {
+        this.hits.ready += 1;
+        res.writeHead(this.readyStatus, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ ready: this.readyStatus === 200 }));
+      } else if (req.url === '/load') {
+        this.hits.load += 1;
+        if (this.loadMode === 'hang') return;
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(
+          this.loadMode === 'garbage'
+            ? '{"ready":'
+            : JSON.stringify({ ...this.load, timestamp_ms: Date.now() }),
+        );
+      } else {
+        res.writeHead(404).end();
+      }
+    });
+  }
+
+  private async listen(port: number): Promise<void> {
+    this.server.listen(port, '127.0.0.1');
+    await once(this.server, 'listening');
+    this.port = (this.server.address() as AddressInfo).port;
+  }
+}
