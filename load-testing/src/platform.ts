@@ -143,7 +143,13 @@ export async function startPlatform(options: StartOptions = {}): Promise<Platfor
   try {
     for (const name of SERVICE_NAMES) {
       const port = options.ports?.[name] ?? DEFAULT_PORTS[name];
-      started.push({ name, ...(await startService(name, port, options)) });
+      // The router's embedded routing sends everything to the backend started just before it.
+      const backend = started.find((s) => s.name === 'inference-backend')?.url;
+      const serviceOptions =
+        name === 'router-service' && backend
+          ? { ...options, env: { STRATA_BACKEND_URL: backend, ...options.env } }
+          : options;
+      started.push({ name, ...(await startService(name, port, serviceOptions)) });
     }
   } catch (err) {
     await stop(2_000);

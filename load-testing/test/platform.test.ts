@@ -62,6 +62,20 @@ describe('local platform', () => {
     });
   });
 
+  it('routes generation through the router to the backend', async () => {
+    const res = await fetch(`${urls.get('router-service')}/v1/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-session-id': 'platform-test' },
+      body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 8 }),
+    });
+    expect(res.status).toBe(200);
+    expect([res.headers.get('x-strata-backend'), res.headers.get('x-strata-route')]).toEqual([
+      'local',
+      'default',
+    ]);
+    expect(await res.json()).toMatchObject({ model: 'tinystories-656k', usage: { output_tokens: 8 } });
+  });
+
   it('serves generation from the backend on the default model', async () => {
     const res = await fetch(`${urls.get('inference-backend')}/v1/generate`, {
       method: 'POST',

@@ -72,3 +72,16 @@ ensure_native_tools() {
     die "the native engine needs ${missing[*]}: install them (e.g. sudo apt-get install ${missing[*]})"
   fi
 }
+
+# The router's tests run a real redis-server (they start their own when STRATA_TEST_REDIS_URL is
+# unset); on a bare Debian/Ubuntu machine (as root) it comes from the distribution.
+ensure_redis() {
+  command -v redis-server >/dev/null && return
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing redis-server from the distribution's packages (for the router's tests)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null ||
+      die "apt-get could not install redis-server"
+  else
+    die "the router's tests need redis-server: install it (e.g. sudo apt-get install redis-server)"
+  fi
+}

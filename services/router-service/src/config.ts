@@ -1,8 +1,42 @@
 import { baseServiceEnv, baseServiceSchema, configFields, type EnvMap } from '@strata/common';
-import type { z } from 'zod';
+import { z } from 'zod';
 
-export const configSchema = baseServiceSchema.extend({ port: configFields.port(8081) });
+export const configSchema = baseServiceSchema.extend({
+  port: configFields.port(8081),
+  /** YAML routing file (pools, rules, default); hot-reloaded. Absent: one pool, backendUrl. */
+  routesFile: z.string().min(1).optional(),
+  /** The single backend of the embedded default routing (local runs). */
+  backendUrl: z.url().default('http://127.0.0.1:8000'),
+  /** Session affinity in Redis when set; otherwise an in-memory store (one replica only). */
+  redisUrl: z.string().min(1).optional(),
+  sessionTtlMs: configFields.positiveInt(30 * 60_000),
+  retry: z
+    .object({
+      /** Candidates tried at most per request. */
+      attempts: configFields.positiveInt(3),
+      /** No new attempt starts after this long, in ms. */
+      deadlineMs: configFields.positiveInt(10_000),
+    })
+    .prefault({}),
+  health: z
+    .object({
+      probeIntervalMs: configFields.positiveInt(1_000),
+      loadIntervalMs: configFields.positiveInt(100),
+    })
+    .prefault({}),
+});
 export type Config = z.output<typeof configSchema>;
-export const configEnv: EnvMap = { ...baseServiceEnv };
+
+export const configEnv: EnvMap = {
+  ...baseServiceEnv,
+  routesFile: 'STRATA_ROUTES_FILE',
+  backendUrl: 'STRATA_BACKEND_URL',
+  redisUrl: 'REDIS_URL',
+  sessionTtlMs: 'STRATA_SESSION_TTL_MS',
+  'retry.attempts': 'STRATA_RETRY_ATTEMPTS',
+  'retry.deadlineMs': 'STRATA_RETRY_DEADLINE_MS',
+  'health.probeIntervalMs': 'STRATA_HEALTH_PROBE_INTERVAL_MS',
+  'health.loadIntervalMs': 'STRATA_LOAD_POLL_INTERVAL_MS',
+};
 /** Environment variable naming an optional YAML config file. */
 export const CONFIG_FILE_ENV = 'STRATA_ROUTER_CONFIG';
