@@ -10,6 +10,8 @@ export const configSchema = baseServiceSchema.extend({
   /** Session affinity in Redis when set; otherwise an in-memory store (one replica only). */
   redisUrl: z.string().min(1).optional(),
   sessionTtlMs: configFields.positiveInt(30 * 60_000),
+  /** Kubeconfig for pools with `discovery`; absent: the pod's in-cluster service account. */
+  kubeconfig: z.string().min(1).optional(),
   retry: z
     .object({
       /** Candidates tried at most per request. */
@@ -33,6 +35,7 @@ export const configEnv: EnvMap = {
   backendUrl: 'STRATA_BACKEND_URL',
   redisUrl: 'REDIS_URL',
   sessionTtlMs: 'STRATA_SESSION_TTL_MS',
+  kubeconfig: 'KUBECONFIG',
   'retry.attempts': 'STRATA_RETRY_ATTEMPTS',
   'retry.deadlineMs': 'STRATA_RETRY_DEADLINE_MS',
   'health.probeIntervalMs': 'STRATA_HEALTH_PROBE_INTERVAL_MS',

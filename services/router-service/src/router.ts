@@ -14,6 +14,19 @@ export interface RouterDeps {
   affinity: AffinityService;
   retry: { attempts: number; deadlineMs: number };
   metrics: ServiceMetrics;
+  /** A pool's discovered backends (Kubernetes), members besides its static ones. */
+  discovered?: (pool: string) => readonly string[];
+}
+
+/** The backend names of a pool: its static backends and what discovery found. */
+export function poolMembers(
+  routing: RoutingConfig,
+  pool: string,
+  discovered?: (pool: string) => readonly string[],
+): Set<string> {
+  const members = new Set((routing.pools[pool]?.backends ?? []).map((b) => b.name));
+  for (const name of discovered?.(pool) ?? []) members.add(name);
+  return members;
 }
 
 interface Body {
@@ -90,7 +103,7 @@ export function createRouter(deps: RouterDeps) {
       ...(Number.isInteger(priority) ? { priority } : {}),
       promptChars: text.length,
     });
-    const members = new Set((routing.pools[rule.pool]?.backends ?? []).map((b) => b.name));
+    const members = poolMembers(routing, rule.pool, deps.discovered);
     const backends = deps.tracker.snapshot().filter((b) => members.has(b.name));
     const session = header(request, HEADERS.sessionId);
     const live = backends.filter((b) => b.ready && b.healthy).map((b) => b.name);

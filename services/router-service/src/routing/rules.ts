@@ -57,6 +57,28 @@ const policySchema = z
 
 const backendSchema = z.object({ name: z.string().min(1), url: z.url() }).strict();
 
+/** A DNS-1123 label: what Kubernetes allows for Service names, namespaces and port names. */
+const dnsLabel = z
+  .string()
+  .regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, 'must be a lower-case DNS label (a-z, 0-9, -)');
+
+/** A Kubernetes Service whose ready endpoints (EndpointSlices) join the pool. */
+const discoverySchema = z
+  .object({
+    service: dnsLabel,
+    namespace: dnsLabel.default('default'),
+    /** The Service port's name (resolved from each EndpointSlice), or the pod's port number. */
+    port: z.union([dnsLabel, z.number().int().min(1).max(65535)]),
+  })
+  .strict();
+
+const poolSchema = z
+  .object({
+    backends: z.array(backendSchema).default([]),
+    discovery: discoverySchema.optional(),
+  })
+  .strict();
+
 const ruleSchema = z
   .object({
     name: z.string().min(1),
@@ -73,8 +95,8 @@ const defaultRuleSchema = ruleSchema.omit({ name: true, match: true });
 
 export const routingFileSchema = z
   .object({
-    /** Static backends per pool, for local runs; in a cluster a pool's backends are discovered. */
-    pools: z.record(z.string().min(1), z.object({ backends: z.array(backendSchema).default([]) }).strict()),
+    /** Per pool: static backends (local runs) and/or a Kubernetes Service to discover. */
+    pools: z.record(z.string().min(1), poolSchema),
     rules: z.array(ruleSchema).default([]),
     default: defaultRuleSchema,
   })
@@ -87,6 +109,7 @@ export type Policy = Rule['policy'];
 export type Weights = Policy['weights'];
 export type Saturation = Policy['saturation'];
 export type StaticBackend = z.output<typeof backendSchema>;
+export type PoolDiscovery = z.output<typeof discoverySchema>;
 
 export const DEFAULT_RULE_NAME = 'default';
 

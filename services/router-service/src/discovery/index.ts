@@ -1,0 +1,2 @@
+export * from './endpointslices.js';
+export * from './pools.js';
