@@ -1,0 +1,67 @@
+// Load generator for bench/hop.mjs, in its own process. argv: JSON job
+//   {url, mode: 'open' (fixed rate) | 'closed' (fixed concurrency), rate, concurrency, seconds}
+// Prints one JSON line: latencies (ms) of first byte and of the whole response, and req/s.
+import { Pool } from 'undici';
+
+const job = JSON.parse(process.argv[2]);
+const pool = new Pool(job.url, { connections: job.mode === 'open' ? 256 : job.concurrency, pipelining: 1 });
+const body = JSON.stringify({ prompt: 'Once upon a time', max_tokens: 3, stream: true });
+const headers = { 'content-type': 'application/json' };
+const firstByte = [];
+const total = [];
+let errors = 0;
+
+async function one() {
+  const t0 = performance.now();
+  try {
+    const res = await pool.request({ path: '/v1/generate', method: 'POST', headers, body });
+    let first = 0;
+    for await (const _chunk of res.body) if (first === 0) first = performance.now();
+    const end = performance.now();
+    if (res.statusCode !== 200) errors++;
+    else {
+      firstByte.push(first - t0);
+      total.push(end - t0);
+    }
+  } catch {
+    errors++;
+  }
+}
+
+const started = performance.now();
+const deadline = started + job.seconds * 1000;
+const inflight = new Set();
+if (job.mode === 'open') {
+  // Send on schedule regardless of responses: latency is not hidden by back-off (open loop).
+  let sent = 0;
+  while (performance.now() < deadline) {
+    const due = Math.floor(((performance.now() - started) / 1000) * job.rate);
+    for (; sent < due; sent++) {
+      const p = one().finally(() => inflight.delete(p));
+      inflight.add(p);
+    }
+    await new Promise((r) => setTimeout(r, 1));
+  }
+} else {
+  await Promise.all(
+    Array.from({ length: job.concurrency }, async () => {
+      while (performance.now() < deadline) await one();
+    }),
+  );
+}
+await Promise.all(inflight);
+const seconds = (performance.now() - started) / 1000;
+await pool.close();
+const pct = (xs, q) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[Math.min(s.length - 1, Math.ceil(q * s.length) - 1)] : Number.NaN;
+};
+process.stdout.write(
+  `${JSON.stringify({
+    requests: total.length,
+    errors,
+    rps: total.length / seconds,
+    first_byte_ms: { p50: pct(firstByte, 0.5), p99: pct(firstByte, 0.99) },
+    total_ms: { p50: pct(total, 0.5), p99: pct(total, 0.99) },
+  })}\n`,
+);

@@ -1,0 +1,33 @@
+// Minimal streaming upstream for bench/hop.mjs: answers like a backend as cheaply as possible
+// (health, load, and a 4-event SSE stream per request). Prints its URL, then serves.
+import { createServer } from 'node:http';
+
+const load = JSON.stringify({
+  ready: true,
+  running: 0,
+  waiting: 0,
+  kv_usage: 0,
+  kv_blocks_free: 1000,
+  kv_blocks_total: 1000,
+});
+const events = [
+  '{"type":"token","token":" a","id":1,"index":0}',
+  '{"type":"token","token":" b","id":2,"index":1}',
+  '{"type":"token","token":" c","id":3,"index":2}',
+  '{"type":"done","finish_reason":"length","usage":{"input_tokens":3,"output_tokens":3}}',
+];
+const server = createServer((req, res) => {
+  if (req.url === '/health/ready')
+    return res.writeHead(200, { 'content-type': 'application/json' }).end('{"ready":true}');
+  if (req.url === '/load') return res.writeHead(200, { 'content-type': 'application/json' }).end(load);
+  req.resume();
+  req.on('end', () => {
+    res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
+    for (const e of events) res.write(`data: ${e}\n\n`);
+    res.end();
+  });
+});
+server.keepAliveTimeout = 60_000;
+server.listen(0, '127.0.0.1', () =>
+  process.stdout.write(`${JSON.stringify({ url: `http://127.0.0.1:${server.address().port}` })}\n`),
+);
