@@ -17,16 +17,9 @@ find_nvcc() {
   done
 }
 
-# pip fetches the compiler wheels; on a bare Debian/Ubuntu machine (as root) it comes from apt.
+# pip fetches the compiler wheels (STRATA_CUDA=off skips all of this: a CPU-only build).
 ensure_pip() {
-  python3 -m pip --version >/dev/null 2>&1 && return
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    log "installing python3-pip from the distribution's packages (for the CUDA compiler wheels)"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null ||
-      die "apt-get could not install python3-pip"
-  else
-    die "STRATA_CUDA=install needs python3 with pip: install python3-pip, or set STRATA_CUDA=off for a CPU-only build"
-  fi
+  python3 -m pip --version >/dev/null 2>&1 || apt_install_or_die "STRATA_CUDA=install (the CUDA compiler wheels)" python3-pip
 }
 
 # Prints the CUDA toolkit root to build against, or nothing for a CPU-only build.

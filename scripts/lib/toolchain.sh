@@ -56,32 +56,32 @@ ensure_pnpm() {
   export PATH="$toolchain_dir/bin:$PATH"
 }
 
-# A C++ compiler and cmake build the native engine; on a bare Debian/Ubuntu machine (as root)
-# they come from the distribution, elsewhere the message says what to install.
+# Installs Debian/Ubuntu packages when running as root with apt-get; elsewhere stops with a
+# message saying what to install and why.
+#   apt_install_or_die "<what needs them>" PACKAGE...
+apt_install_or_die() {
+  local why="$1"
+  shift
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing $* from the distribution's packages ($why)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null ||
+      die "apt-get could not install $*"
+  else
+    die "$why: missing $* (install it, e.g. sudo apt-get install $*)"
+  fi
+}
+
+# A C++ compiler and cmake build the native engine.
 ensure_native_tools() {
   local missing=()
   command -v cmake >/dev/null || missing+=(cmake)
   command -v c++ >/dev/null || missing+=(g++)
   command -v make >/dev/null || command -v ninja >/dev/null || missing+=(make)
-  [ ${#missing[@]} -eq 0 ] && return
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    log "installing ${missing[*]} from the distribution's packages"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null ||
-      die "apt-get could not install ${missing[*]}"
-  else
-    die "the native engine needs ${missing[*]}: install them (e.g. sudo apt-get install ${missing[*]})"
-  fi
+  [ ${#missing[@]} -eq 0 ] || apt_install_or_die "the native engine" "${missing[@]}"
 }
 
 # The router's tests run a real redis-server (they start their own when STRATA_TEST_REDIS_URL is
-# unset); on a bare Debian/Ubuntu machine (as root) it comes from the distribution.
+# unset).
 ensure_redis() {
-  command -v redis-server >/dev/null && return
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    log "installing redis-server from the distribution's packages (for the router's tests)"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null ||
-      die "apt-get could not install redis-server"
-  else
-    die "the router's tests need redis-server: install it (e.g. sudo apt-get install redis-server)"
-  fi
+  command -v redis-server >/dev/null || apt_install_or_die "the router's tests" redis-server
 }

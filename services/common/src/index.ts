@@ -9,4 +9,5 @@ export * from './readiness.js';
 export * from './run.js';
 export * from './service.js';
 export * from './shutdown.js';
+export * from './stream.js';
 export * from './telemetry.js';

@@ -1,6 +1,7 @@
 // Server-sent events on a hijacked Fastify reply: each event is written and flushed at once
 // (TCP_NODELAY, no proxy buffering), idle streams get a comment heartbeat, writes respect
 // backpressure, and a closed connection aborts `signal` so the engine frees the sequence.
+import { writeWithBackpressure } from '@strata/common';
 import type { FastifyReply } from 'fastify';
 
 export class SseStream {
@@ -55,17 +56,7 @@ export class SseStream {
     const res = this.reply.raw;
     if (this.closed || res.destroyed) return;
     this.armHeartbeat();
-    if (!res.write(chunk)) {
-      await new Promise<void>((resolve) => {
-        const done = () => {
-          res.off('drain', done);
-          res.off('close', done);
-          resolve();
-        };
-        res.on('drain', done);
-        res.on('close', done);
-      });
-    }
+    await writeWithBackpressure(res, chunk);
   }
 
   // Restarted by every write, so only idle streams carry heartbeats.

@@ -4,7 +4,7 @@
 // next candidate within the retry budget. 4xx answers are the client's and pass through as
 // they are. After the first byte the stream is piped with backpressure; if the upstream dies
 // then, an SSE client gets a clean error event, any other client a cut connection.
-import { HEADERS, StrataError } from '@strata/common';
+import { HEADERS, StrataError, writeWithBackpressure } from '@strata/common';
 import type { FastifyReply } from 'fastify';
 import { type Dispatcher, request } from 'undici';
 
@@ -157,19 +157,7 @@ async function relay(
   const sse = (headers['content-type'] ?? '').startsWith('text/event-stream');
   res.writeHead(upstream.statusCode, headers);
   if (sse) res.socket?.setNoDelay(true);
-  const write = async (chunk: Buffer) => {
-    if (!res.write(chunk)) {
-      await new Promise<void>((resolve) => {
-        const done = () => {
-          res.off('drain', done);
-          res.off('close', done);
-          resolve();
-        };
-        res.on('drain', done);
-        res.on('close', done);
-      });
-    }
-  };
+  const write = (chunk: Buffer) => writeWithBackpressure(res, chunk);
   try {
     if (head) await write(head);
     for await (const chunk of upstream.body) {
