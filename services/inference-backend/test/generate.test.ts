@@ -101,11 +101,17 @@ describe('POST /v1/generate', () => {
   });
 
   it('frees the sequences of clients that disconnect mid-stream', async () => {
-    // One compute thread: a 490-token stream takes ~45 ms here, and each client leaves as
-    // soon as its response headers arrive, ~20x sooner.
-    const slow = await startBackend({ STRATA_WARMUP: 'false', STRATA_ENGINE_THREADS: '1' });
+    // Thirty long generations share the engine, so each stream advances at a fraction of the
+    // engine's speed and needs hundreds of ms to finish: the clients, which leave as soon as
+    // their response headers arrive, are gone long before that on any machine.
+    const slow = await startBackend({ STRATA_WARMUP: 'false' });
     try {
       const runtime = slow.host.get();
+      const busy = await Promise.all(
+        Array.from({ length: 30 }, (_, i) =>
+          runtime.start({ prompt: `Busy ${i}`, params: { maxTokens: 490, ignoreEos: true, temperature: 0 } }),
+        ),
+      );
       const before = runtime.engine.stats().finishedAbort;
       await Promise.all(
         [0, 1].map(async (i) => {
@@ -125,15 +131,16 @@ describe('POST /v1/generate', () => {
           controller.abort();
         }),
       );
+      for (let i = 0; i < 100 && runtime.engine.stats().finishedAbort < before + 2; i++) {
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      expect(runtime.engine.stats().finishedAbort).toBe(before + 2);
+      for (const b of busy) await b.return?.();
       for (let i = 0; i < 100 && (runtime.liveRequests > 0 || runtime.engine.stats().kvBlocksUsed > 0); i++) {
         await new Promise((r) => setTimeout(r, 20));
       }
       expect(runtime.liveRequests).toBe(0);
-      expect(runtime.engine.stats()).toMatchObject({
-        kvBlocksUsed: 0,
-        numRunning: 0,
-        finishedAbort: before + 2,
-      });
+      expect(runtime.engine.stats()).toMatchObject({ kvBlocksUsed: 0, numRunning: 0 });
     } finally {
       await slow.close();
     }
