@@ -84,3 +84,28 @@ export const errorResponseSchema = z.object({
     details: z.unknown().optional(),
   }),
 });
+
+const count = z.number().int().min(0);
+
+/**
+ * GET /load on a backend: the compact load report the router polls (DESIGN.md §3), cheaper
+ * than /metrics. The backend serializes with it; the router parses with it.
+ */
+export const loadReportSchema = z.object({
+  model: z.string(),
+  /** /health/ready's answer: model loaded, warmed up and not draining. */
+  ready: z.boolean(),
+  running: count,
+  /** Queued in the engine, preempted ones included. */
+  waiting: count,
+  /** Admitted by the backend and not finished (running + waiting + not yet submitted). */
+  live_requests: count,
+  /** Used KV blocks / total, 0..1. */
+  kv_usage: z.number().min(0).max(1),
+  /** Blocks a new request can take: free ones plus cached ones no request holds (evictable). */
+  kv_blocks_free: count,
+  kv_blocks_total: count,
+  /** When the report was taken (epoch ms, the backend's clock). */
+  timestamp_ms: count,
+});
+export type LoadReport = z.output<typeof loadReportSchema>;

@@ -44,12 +44,12 @@ export function buildApp(ctx: Omit<BootContext<Config>, 'telemetry'>, parts: Bac
   // Engine metrics (vllm:*) on the service registry, and the router's GET /load.
   const modelName = servedModelName(ctx.config);
   registerEngineMetrics(ctx.metrics.registry, parts.host, modelName);
-  app.register(loadRoutes, { host: parts.host, readiness: ctx.readiness, modelName });
 
   app.register(async (scope) => {
     scope.setValidatorCompiler(validatorCompiler);
     scope.setSerializerCompiler(serializerCompiler);
     // routes:
+    await scope.register(loadRoutes, { host: parts.host, readiness: ctx.readiness, modelName });
     await scope.register(generateRoutes, {
       host: parts.host,
       sseHeartbeatMs: ctx.config.limits.sseHeartbeatMs,

@@ -19,7 +19,7 @@ const events = [
 const server = createServer((req, res) => {
   if (req.url === '/health/ready')
     return res.writeHead(200, { 'content-type': 'application/json' }).end('{"ready":true}');
-  if (req.url === '/load') return res.writeHead(200, { 'content-type': 'application/json' }).end(load);
+  if (req.url === '/load') return res.writeHead(200, { 'content-type': 'application/json' }).end(load());
   req.resume();
   req.on('end', () => {
     res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });

@@ -1,21 +1,8 @@
-// The backend's GET /load report (services/inference-backend/src/routes/load.ts), parsed
-// leniently: the fields the router uses must be there and sane, extra fields are ignored.
-import { z } from 'zod';
+// The backend's GET /load report, parsed with the shared contract (@strata/common
+// loadReportSchema; extra fields are ignored), and the slice of it the picker reads.
+import type { LoadReport } from '@strata/common';
 
-const count = z.number().int().nonnegative();
-
-export const loadReportSchema = z.object({
-  ready: z.boolean(),
-  running: count,
-  waiting: count,
-  kv_usage: z.number().min(0).max(1),
-  kv_blocks_free: count,
-  live_requests: count.optional(),
-  kv_blocks_total: count.optional(),
-  timestamp_ms: count.optional(),
-});
-
-export type LoadReport = z.infer<typeof loadReportSchema>;
+export { type LoadReport, loadReportSchema } from '@strata/common';
 
 /** What the picker reads: the last load report and when the router received it. */
 export interface BackendLoad {

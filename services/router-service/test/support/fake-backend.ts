@@ -3,24 +3,13 @@
 import { once } from 'node:events';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-
-export interface FakeLoad {
-  model: string;
-  ready: boolean;
-  running: number;
-  waiting: number;
-  live_requests: number;
-  kv_usage: number;
-  kv_blocks_free: number;
-  kv_blocks_total: number;
-  timestamp_ms: number;
-}
+import type { LoadReport } from '@strata/common';
 
 export class FakeBackend {
   readyStatus = 200;
   /** 'ok': answer; 'hang': never answer /load; 'garbage': invalid JSON. */
   loadMode: 'ok' | 'hang' | 'garbage' = 'ok';
-  load: Omit<FakeLoad, 'timestamp_ms'> = {
+  load: Omit<LoadReport, 'timestamp_ms'> = {
     model: 'test-model',
     ready: true,
     running: 0,
