@@ -106,6 +106,11 @@ export const ERROR_CATALOGUE = {
   STRATA_UPSTREAM_ERROR: { status: 502, type: 'internal', message: 'The upstream service failed.' },
   STRATA_NOT_READY: { status: 503, type: 'overloaded', message: 'The service is not ready.' },
   STRATA_DRAINING: { status: 503, type: 'overloaded', message: 'The service is shutting down.' },
+  STRATA_QUOTA_UNAVAILABLE: {
+    status: 503,
+    type: 'overloaded',
+    message: 'Quotas cannot be checked now; retry later.',
+  },
   STRATA_NO_BACKEND: { status: 503, type: 'overloaded', message: 'No backend can serve this request now.' },
   STRATA_UPSTREAM_TIMEOUT: { status: 504, type: 'overloaded', message: 'The upstream service timed out.' },
   STRATA_TIMEOUT: { status: 504, type: 'overloaded', message: 'The request deadline passed.' },

@@ -4,6 +4,7 @@
 // because OpenAI clients send fields this server has no use for; fields whose values it cannot
 // honour (n > 1, echo) are rejected with a message that says what to send instead.
 import { z } from 'zod';
+import { StrataError } from './errors.js';
 import { samplingFields } from './protocol.js';
 
 const maxTokens = z.number().int().min(1).max(1_000_000);
@@ -158,3 +159,10 @@ export const modelCardSchema = z.object({
 });
 export const modelListSchema = z.object({ object: z.literal('list'), data: z.array(modelCardSchema) });
 export type ModelList = z.output<typeof modelListSchema>;
+
+/** Rejects a request whose stream_options come without stream, as OpenAI does. */
+export function checkStreamOptions(body: { stream: boolean; stream_options?: unknown }): void {
+  if (!body.stream && body.stream_options !== undefined) {
+    throw new StrataError('STRATA_INVALID_PARAM', 'stream_options is only allowed when stream is true');
+  }
+}

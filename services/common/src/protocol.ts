@@ -14,7 +14,11 @@ export const samplingFields = {
   repetition_penalty: z.number().gt(0).max(100).optional(),
   frequency_penalty: z.number().min(-2).max(2).optional(),
   presence_penalty: z.number().min(-2).max(2).optional(),
-  stop: z.union([z.string().min(1), z.array(z.string().min(1)).max(16)]).optional(),
+  stop: z
+    .union([z.string().min(1), z.array(z.string().min(1)).max(16)], {
+      error: 'stop must be a non-empty string or a list of at most 16 non-empty strings',
+    })
+    .optional(),
   stop_token_ids: z.array(z.number().int().min(0)).max(64).optional(),
   seed: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
   ignore_eos: z.boolean().optional(),
@@ -24,7 +28,9 @@ export const samplingFields = {
 export const generateRequestSchema = z.strictObject({
   model: z.string().min(1).optional(),
   /** Text, or token ids used as they are. */
-  prompt: z.union([z.string().min(1), z.array(z.number().int().min(0)).min(1)]),
+  prompt: z.union([z.string().min(1), z.array(z.number().int().min(0)).min(1)], {
+    error: 'prompt must be a non-empty string or a non-empty list of token ids',
+  }),
   ...samplingFields,
   /** Top-n logprobs per token (0 = the sampled token's only). */
   logprobs: z.number().int().min(0).max(20).optional(),

@@ -79,7 +79,15 @@ export async function bootService<S extends z.ZodType<BaseServiceConfig>>(
   const metrics = createMetrics(options.name);
   const readiness = new Readiness();
   const telemetry = startTelemetry({ serviceName: options.name, endpoint: config.otlpEndpoint });
-  const app = await options.build({ config, logger, metrics, readiness, telemetry });
+  let app: FastifyInstance;
+  try {
+    app = await options.build({ config, logger, metrics, readiness, telemetry });
+  } catch (err) {
+    // A file the config names (routes, tenants) is invalid: the same one-message exit.
+    if (!(err instanceof ConfigError)) throw err;
+    process.stderr.write(`${options.name}: ${err.message}\n`);
+    process.exit(2);
+  }
   await runService({
     app,
     logger,

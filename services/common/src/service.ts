@@ -9,7 +9,7 @@ import Fastify, {
 } from 'fastify';
 import type { Logger } from 'pino';
 import { errorBodyJsonSchema, StrataError } from './errors.js';
-import { HEADERS, parseTraceparent, requestIdFrom } from './headers.js';
+import { childTraceparent, formatTraceparent, HEADERS, parseTraceparent, requestIdFrom } from './headers.js';
 import type { ServiceMetrics } from './metrics.js';
 import { Readiness } from './readiness.js';
 
@@ -20,6 +20,12 @@ export interface ServiceAppOptions {
   readiness?: Readiness;
   /** Largest accepted request body, in bytes. */
   bodyLimit?: number;
+  /**
+   * The edge starts traces: each request's traceparent is replaced by a child span of the
+   * client's (or a new trace when it sent none or a malformed one), so every hop and log line
+   * after it carries one trace id.
+   */
+  originateTrace?: boolean;
 }
 
 declare module 'fastify' {
@@ -46,16 +52,36 @@ const readinessSchema = {
   },
 } as const;
 
+interface ValidationIssue {
+  instancePath?: string;
+  message?: string;
+}
+
+/**
+ * One line naming each bad field and what is wrong with it, e.g.
+ * `max_tokens: Too big: expected number to be <=1000000; temprature: Unrecognized key`.
+ */
+export function validationMessage(err: FastifyError): string {
+  const context = err.validationContext ?? 'body';
+  const parts = (err.validation as ValidationIssue[]).map((issue) => {
+    const path = (issue.instancePath ?? '').replace(/^\//, '').replaceAll('/', '.');
+    const field = context === 'body' ? path || 'body' : path ? `${context}.${path}` : context;
+    return `${field}: ${issue.message ?? 'invalid'}`;
+  });
+  return `Invalid request: ${parts.join('; ')}`;
+}
+
 // Fastify's own errors (bad JSON, body too large, wrong content type) mapped to the catalogue.
-function toStrataError(err: FastifyError): StrataError {
+export function toStrataError(err: FastifyError): StrataError {
   if (err instanceof StrataError) return err;
-  if (err.validation) return new StrataError('STRATA_INVALID_REQUEST', err.message);
+  if (err.validation) return new StrataError('STRATA_INVALID_REQUEST', validationMessage(err));
   switch (err.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
       return new StrataError('STRATA_BODY_TOO_LARGE', err.message);
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new StrataError('STRATA_UNSUPPORTED_MEDIA_TYPE');
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
-      return new StrataError('STRATA_UNSUPPORTED_MEDIA_TYPE', err.message);
+      return new StrataError('STRATA_INVALID_REQUEST', 'Content-Length does not match the body sent.');
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
       return new StrataError('STRATA_INVALID_JSON', err.message);
@@ -86,6 +112,11 @@ export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
 
   app.addHook('onRequest', async (request, reply) => {
     reply.header(HEADERS.requestId, request.id);
+    if (options.originateTrace) {
+      request.headers[HEADERS.traceparent] = formatTraceparent(
+        childTraceparent(request.headers[HEADERS.traceparent]),
+      );
+    }
     const traceId = parseTraceparent(request.headers[HEADERS.traceparent])?.traceId;
     if (traceId) request.log = request.log.child({ trace_id: traceId });
   });

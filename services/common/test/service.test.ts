@@ -122,7 +122,7 @@ describe('service base', () => {
     expect(busy.headers['retry-after']).toBe('1');
     expect((await app.inject('/missing')).headers['retry-after']).toBeUndefined();
     expect((await app.inject('/typed?n=abc')).json().error.message).toContain(
-      'querystring/n must be integer',
+      'Invalid request: querystring.n: must be integer',
     );
   });
 

@@ -1,8 +1,8 @@
-import { type BootContext, createServiceApp, Gauge } from '@strata/common';
+import { type BootContext, createServiceApp, Gauge, registerOpenApi } from '@strata/common';
 import type { FastifyInstance } from 'fastify';
 import { serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import type { Config } from './config.js';
-import { registerOpenApi } from './http/openapi.js';
+
 import type { ModelHost } from './inference/model-host.js';
 import { servedModelName } from './inference/runtime.js';
 import type { NativeAddon } from './native.js';

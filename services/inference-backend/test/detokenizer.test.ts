@@ -1,10 +1,10 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { randomInt, seededRandom } from '@strata/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { IncrementalDetokenizer } from '../src/model/detokenizer.js';
 import { Tokenizer } from '../src/model/tokenizer.js';
 import { modelPath } from './support/models.js';
-import { randomInt, seededRandom } from './support/random.js';
 import { convertedLlama2Tokenizer, TempDirs } from './support/temp-model.js';
 
 const dirs = new TempDirs();

@@ -1,7 +1,7 @@
 import { StrataError } from '@strata/common';
+import { randomInt, seededRandom } from '@strata/common/testing';
 import { describe, expect, it } from 'vitest';
 import { StopMatcher, type StopMatcherOptions } from '../src/model/stop.js';
-import { randomInt, seededRandom } from './support/random.js';
 
 /** Feeds `deltas`, then finish() unless a stop was found; returns each step's text and the stop. */
 function run(

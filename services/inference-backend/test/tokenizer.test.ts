@@ -1,11 +1,11 @@
 import { rm } from 'node:fs/promises';
 import path from 'node:path';
+import { seededRandom } from '@strata/common/testing';
 import tokenizers from 'tokenizers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ModelError } from '../src/model/errors.js';
 import { Tokenizer } from '../src/model/tokenizer.js';
 import { modelPath } from './support/models.js';
-import { seededRandom } from './support/random.js';
 import { convertedLlama2Tokenizer, copyTinystories, editJson, TempDirs } from './support/temp-model.js';
 
 const dirs = new TempDirs();

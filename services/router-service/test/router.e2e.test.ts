@@ -5,6 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createMetrics, loadConfig, Readiness } from '@strata/common';
+import { SpawnedRedis } from '@strata/common/testing';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
@@ -12,7 +13,6 @@ import { configEnv, configSchema } from '../src/config.js';
 import { buildRouterParts, type RouterParts } from '../src/wiring.js';
 import { type BackendProcess, startBackendProcess, waitReady } from './support/backend-process.js';
 import { captureLogger } from './support/log.js';
-import { SpawnedRedis } from './support/redis.js';
 
 interface Router {
   url: string;

@@ -7,6 +7,7 @@ import {
   type ChatMessageInput,
   chatCompletionRequestSchema,
   chatCompletionResponseSchema,
+  checkStreamOptions,
 } from '@strata/common';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { TextDone } from '../engine/text-generation.js';
@@ -18,7 +19,6 @@ import type { OpenAiRouteOptions } from './openai-completions.js';
 import {
   ChatLogprobsBuilder,
   chatCompletionId,
-  checkStreamOptions,
   dropNullFields,
   openAiErrors,
   openAiFinishReason,

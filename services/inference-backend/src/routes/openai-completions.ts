@@ -2,6 +2,7 @@
 import {
   type CompletionRequest,
   type CompletionResponse,
+  checkStreamOptions,
   completionRequestSchema,
   completionResponseSchema,
 } from '@strata/common';
@@ -12,7 +13,6 @@ import type { ModelHost } from '../inference/model-host.js';
 import { requestContext } from '../observability/request-context.js';
 import {
   CompletionLogprobsBuilder,
-  checkStreamOptions,
   completionId,
   dropNullFields,
   openAiErrors,

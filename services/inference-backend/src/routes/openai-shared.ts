@@ -143,10 +143,3 @@ export async function streamChunks(
     sse.end();
   }
 }
-
-/** Rejects a request whose stream_options come without stream, as OpenAI does. */
-export function checkStreamOptions(body: { stream: boolean; stream_options?: unknown }): void {
-  if (!body.stream && body.stream_options !== undefined) {
-    throw new StrataError('STRATA_INVALID_PARAM', 'stream_options is only allowed when stream is true');
-  }
-}

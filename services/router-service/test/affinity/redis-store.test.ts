@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
+import { sleep, type TestRedis, testRedis } from '@strata/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RedisSessionStore, SESSION_KEY_PREFIX } from '../../src/affinity/redis-store.js';
-import { sleep, type TestRedis, testRedis } from '../support/redis.js';
 
 describe('RedisSessionStore (real Redis)', () => {
   let redis: TestRedis;

@@ -1,12 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { createLogger, Registry } from '@strata/common';
+import { canSpawnRedis, SpawnedRedis, sleep, type TestRedis, testRedis } from '@strata/common/testing';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { MemorySessionStore } from '../../src/affinity/memory-store.js';
 import { RedisSessionStore } from '../../src/affinity/redis-store.js';
 import { AffinityService } from '../../src/affinity/service.js';
 import type { SessionStore } from '../../src/affinity/store.js';
 import { captureLogger } from '../support/log.js';
-import { canSpawnRedis, SpawnedRedis, sleep, type TestRedis, testRedis } from '../support/redis.js';
 
 const silent = createLogger({ service: 'router-service', level: 'silent' });
 const id = (name: string): string => `${name}-${randomUUID()}`;

@@ -1,10 +1,10 @@
 import { createLogger, Registry } from '@strata/common';
+import { sleep } from '@strata/common/testing';
 import { afterEach, describe, expect, it } from 'vitest';
 import { isLoadFresh } from '../../src/health/load.js';
 import { BackendTracker, type BackendTrackerOptions } from '../../src/health/tracker.js';
 import { FakeBackend } from '../support/fake-backend.js';
 import { captureLogger } from '../support/log.js';
-import { sleep } from '../support/redis.js';
 
 const silent = createLogger({ service: 'router-service', level: 'silent' });
 

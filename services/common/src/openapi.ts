@@ -16,10 +16,17 @@ function hasZodSchema(schema: Transform['schema']): boolean {
   return [...Object.values(parts), ...responses].some(isZod);
 }
 
-/** Registers @fastify/swagger and GET /openapi.json; call before the routes of the document. */
-export function registerOpenApi(app: FastifyInstance, info: { title: string; version: string }): void {
+/**
+ * Registers @fastify/swagger and GET /openapi.json; call before the routes of the document.
+ * `components` adds e.g. security schemes that routes name in their `security`.
+ */
+export function registerOpenApi(
+  app: FastifyInstance,
+  info: { title: string; version: string },
+  extra: { components?: Record<string, unknown> } = {},
+): void {
   app.register(swagger, {
-    openapi: { openapi: '3.1.0', info },
+    openapi: { openapi: '3.1.0', info, ...(extra.components ? { components: extra.components } : {}) },
     transform: (document: Transform) =>
       document.schema && hasZodSchema(document.schema)
         ? jsonSchemaTransform(document)

@@ -1,12 +1,12 @@
-// Load generator for bench/hop.mjs, in its own process. argv: JSON job
-//   {url, mode: 'open' (fixed rate) | 'closed' (fixed concurrency), rate, concurrency, seconds}
+// Load generator for the hop benchmarks (hop-lib.mjs), in its own process. argv: JSON job
+//   {url, undici (module URL), headers, mode: 'open' (fixed rate) | 'closed' (fixed concurrency), rate, concurrency, seconds}
 // Prints one JSON line: latencies (ms) of first byte and of the whole response, and req/s.
-import { Pool } from 'undici';
-
 const job = JSON.parse(process.argv[2]);
+// undici comes from the benchmarked package (this folder has no dependencies of its own).
+const { Pool } = await import(job.undici);
 const pool = new Pool(job.url, { connections: job.mode === 'open' ? 256 : job.concurrency, pipelining: 1 });
 const body = JSON.stringify({ prompt: 'Once upon a time', max_tokens: 3, stream: true });
-const headers = { 'content-type': 'application/json' };
+const headers = { 'content-type': 'application/json', ...job.headers };
 const firstByte = [];
 const total = [];
 let errors = 0;

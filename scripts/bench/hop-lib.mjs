@@ -1,0 +1,122 @@
+// What one proxy hop adds, measured the same way for every Strata hop (router, edge): a minimal
+// streaming upstream and the load generator run in their own processes, the service under test
+// runs in the caller's process on its one event loop. Open loop at `rate` requests/s: first-byte
+// and total latency direct to the upstream and through the hop, and the difference; then closed
+// loop at `concurrency` for the hop's requests/s. Prints a table; writes docs/benchmarks/<out>.
+import { spawn } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repo = resolve(here, '../..');
+
+function child(script, args = []) {
+  const proc = spawn(process.execPath, [join(here, script), ...args], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const firstLine = new Promise((resolveLine, reject) => {
+    let buf = '';
+    proc.stdout.on('data', (d) => {
+      buf += d;
+      const nl = buf.indexOf('\n');
+      if (nl >= 0) resolveLine(JSON.parse(buf.slice(0, nl)));
+    });
+    proc.once('exit', (code) => reject(new Error(`${script} exited with ${code}`)));
+  });
+  return { proc, firstLine };
+}
+
+/** The command line every hop benchmark takes: [--rate 1000] [--seconds 5] [--concurrency 64]. */
+export function hopArgs() {
+  const { values } = parseArgs({
+    options: {
+      rate: { type: 'string', default: '1000' },
+      seconds: { type: 'string', default: '5' },
+      concurrency: { type: 'string', default: '64' },
+    },
+  });
+  return {
+    rate: Number(values.rate),
+    seconds: Number(values.seconds),
+    concurrency: Number(values.concurrency),
+  };
+}
+
+/**
+ * @param {object} o
+ * @param {string} o.hop        what is measured, e.g. 'router'
+ * @param {(upstreamUrl: string) => Promise<{url: string, close: () => Promise<void>}>} o.start
+ * @param {Record<string,string>} [o.headers]  sent with every request (e.g. an API key)
+ * @param {number} o.rate  @param {number} o.seconds  @param {number} o.concurrency
+ * @param {string} o.out   file name under docs/benchmarks/
+ * @param {string} o.command  the command that reproduces the run
+ * @param {string} o.undici   import.meta.resolve('undici') of the calling package
+ */
+export async function measureHop(o) {
+  const upstream = child('hop-upstream.mjs');
+  process.on('exit', () => upstream.proc.kill()); // also when the run fails
+  const { url: upstreamUrl } = await upstream.firstLine;
+  const service = await o.start(upstreamUrl);
+  const run = async (job) =>
+    await child('hop-client.mjs', [JSON.stringify({ headers: o.headers ?? {}, undici: o.undici, ...job })])
+      .firstLine;
+  await run({ url: service.url, mode: 'open', rate: 200, seconds: 1 }); // warm-up
+  const direct = await run({ url: upstreamUrl, mode: 'open', rate: o.rate, seconds: o.seconds });
+  const hopped = await run({ url: service.url, mode: 'open', rate: o.rate, seconds: o.seconds });
+  const closed = await run({
+    url: service.url,
+    mode: 'closed',
+    concurrency: o.concurrency,
+    seconds: o.seconds,
+  });
+  await service.close();
+  upstream.proc.kill();
+
+  const added = {
+    first_byte_p50: hopped.first_byte_ms.p50 - direct.first_byte_ms.p50,
+    first_byte_p99: hopped.first_byte_ms.p99 - direct.first_byte_ms.p99,
+    total_p50: hopped.total_ms.p50 - direct.total_ms.p50,
+    total_p99: hopped.total_ms.p99 - direct.total_ms.p99,
+  };
+  const f = (x) => x.toFixed(3).padStart(8);
+  const through = `through the ${o.hop}`;
+  console.log(
+    `\n${o.hop} hop, open loop at ${o.rate} req/s for ${o.seconds} s (${cpus().length} cores; ${o.hop} on one event loop)`,
+  );
+  console.log('                      first byte p50      p99 |    total p50      p99 |   req/s  errors');
+  for (const [name, r] of [
+    ['direct to upstream', direct],
+    [through, hopped],
+  ]) {
+    console.log(
+      `${name.padEnd(20)} ${f(r.first_byte_ms.p50)} ${f(r.first_byte_ms.p99)} | ${f(r.total_ms.p50)} ${f(r.total_ms.p99)} | ${r.rps.toFixed(0).padStart(7)} ${String(r.errors).padStart(7)}`,
+    );
+  }
+  console.log(
+    `${`added by the ${o.hop}`.padEnd(20)} ${f(added.first_byte_p50)} ${f(added.first_byte_p99)} | ${f(added.total_p50)} ${f(added.total_p99)} |`,
+  );
+  console.log(
+    `closed loop, ${o.concurrency} concurrent: ${closed.rps.toFixed(0)} req/s ${through} (${closed.errors} errors)`,
+  );
+  console.log(
+    `targets: added p50 <= 1 ms (${added.total_p50 <= 1 ? 'met' : 'NOT met'}), p99 <= 5 ms (${added.total_p99 <= 5 ? 'met' : 'NOT met'}) at 1,000 req/s`,
+  );
+  const dir = join(repo, 'docs', 'benchmarks');
+  mkdirSync(dir, { recursive: true });
+  const report = {
+    command: o.command,
+    date: new Date().toISOString(),
+    machine: { cpu: cpus()[0]?.model, cores: cpus().length },
+    rate: o.rate,
+    seconds: o.seconds,
+    direct,
+    [o.hop === 'router' ? 'routed' : o.hop]: hopped,
+    added,
+    closed_loop: { concurrency: o.concurrency, ...closed },
+  };
+  writeFileSync(join(dir, o.out), `${JSON.stringify(report, null, 2)}\n`);
+  console.log(`wrote docs/benchmarks/${o.out}`);
+}

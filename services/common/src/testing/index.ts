@@ -1,0 +1,3 @@
+export * from './process.js';
+export * from './random.js';
+export * from './redis.js';
