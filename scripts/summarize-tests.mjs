@@ -8,6 +8,8 @@ const root = new URL('..', import.meta.url).pathname;
 const packages = [
   ...readdirSync(join(root, 'services')).map((d) => join('services', d)),
   'load-testing',
+  'helm',
+  'infrastructure',
 ].filter((dir) => existsSync(join(root, dir, 'package.json')));
 
 function vitestCounts(file) {

@@ -1,0 +1,208 @@
+// The public API as the edge sees it: every body validated with the shared zod schemas (the
+// same ones the backend uses), then forwarded to the router unchanged in meaning. Auth runs
+// before the body is read; quotas are taken after it validated, so a malformed request costs
+// the tenant nothing.
+import {
+  chatCompletionRequestSchema,
+  chatCompletionResponseSchema,
+  checkStreamOptions,
+  completionRequestSchema,
+  completionResponseSchema,
+  errorResponseSchema,
+  generateRequestSchema,
+  generateResponseSchema,
+  HEADERS,
+  modelListSchema,
+  propagationHeaders,
+} from '@strata/common';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import type { Dispatcher } from 'undici';
+import { authenticate } from '../auth/authenticate.js';
+import type { Tenant, TenantKey } from '../auth/tenants.js';
+import type { EdgeMetrics } from '../metrics.js';
+import { forward, type StreamDialect } from '../proxy/forward.js';
+import { jsonUsageTap, sseUsageTap } from '../proxy/usage-tap.js';
+import { QuotaRefusal, type Quotas, type RateLimitHeaders } from '../quota/quotas.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    tenant: Tenant;
+    rateLimitHeaders: RateLimitHeaders;
+  }
+}
+
+export interface PublicRoutesOptions {
+  router: Dispatcher;
+  /** The current tenant keys; undefined when auth is off. */
+  keys: () => readonly TenantKey[] | undefined;
+  quotas: Quotas;
+  metrics: EdgeMetrics;
+}
+
+const errors = {
+  400: errorResponseSchema,
+  401: errorResponseSchema,
+  404: errorResponseSchema,
+  413: errorResponseSchema,
+  415: errorResponseSchema,
+  429: errorResponseSchema,
+  502: errorResponseSchema,
+  503: errorResponseSchema,
+  504: errorResponseSchema,
+};
+const security = [{ bearerAuth: [] }];
+// JSON, or server-sent events when the body asks for a stream.
+const produces = ['application/json', 'text/event-stream'];
+
+export const publicRoutes: FastifyPluginAsyncZod<PublicRoutesOptions> = async (app, options) => {
+  app.decorateRequest('tenant');
+  app.decorateRequest('rateLimitHeaders');
+
+  app.addHook('onRequest', async (request, reply) => {
+    try {
+      request.tenant = authenticate(request.headers.authorization, options.keys());
+    } catch (err) {
+      reply.header('www-authenticate', 'Bearer');
+      throw err;
+    }
+  });
+  app.addHook('preHandler', async (request, reply) => {
+    try {
+      request.rateLimitHeaders = await options.quotas.admit(request.tenant);
+    } catch (err) {
+      if (err instanceof QuotaRefusal) reply.headers(err.headers);
+      throw err;
+    }
+  });
+
+  const send = (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    upstreamBody: object | undefined,
+    stream: { dialect: StreamDialect; dropUsageChunk: boolean } | undefined,
+  ) => relay(options, request, reply, upstreamBody, stream);
+
+  app.post(
+    '/v1/generate',
+    {
+      schema: {
+        summary: 'Generate text; SSE when stream is true',
+        produces,
+        body: generateRequestSchema,
+        security,
+        response: { 200: generateResponseSchema, ...errors },
+      },
+    },
+    (request, reply) =>
+      send(
+        request,
+        reply,
+        request.body,
+        request.body.stream ? { dialect: 'generate', dropUsageChunk: false } : undefined,
+      ),
+  );
+
+  app.post(
+    '/v1/completions',
+    {
+      schema: {
+        summary: 'OpenAI-compatible completions',
+        produces,
+        body: completionRequestSchema,
+        security,
+        response: { 200: completionResponseSchema, ...errors },
+      },
+    },
+    (request, reply) => send(request, reply, ...withStreamUsage(request.body)),
+  );
+
+  app.post(
+    '/v1/chat/completions',
+    {
+      schema: {
+        summary: 'OpenAI-compatible chat completions',
+        produces,
+        body: chatCompletionRequestSchema,
+        security,
+        response: { 200: chatCompletionResponseSchema, ...errors },
+      },
+    },
+    (request, reply) => send(request, reply, ...withStreamUsage(request.body)),
+  );
+
+  app.get(
+    '/v1/models',
+    { schema: { summary: 'Models served', security, response: { 200: modelListSchema, ...errors } } },
+    (request, reply) => send(request, reply, undefined, undefined),
+  );
+};
+
+/**
+ * An OpenAI stream reports usage only when asked (stream_options.include_usage). The edge asks
+ * for it so it can charge tokens, and drops the extra chunk when the client did not ask.
+ */
+function withStreamUsage(body: {
+  stream?: boolean | undefined;
+  stream_options?: { include_usage?: boolean | undefined } | null | undefined;
+}): [object, { dialect: StreamDialect; dropUsageChunk: boolean } | undefined] {
+  checkStreamOptions({ stream: body.stream === true, stream_options: body.stream_options });
+  if (!body.stream) return [body, undefined];
+  const asked = body.stream_options?.include_usage === true;
+  const upstream = asked
+    ? body
+    : { ...body, stream_options: { ...body.stream_options, include_usage: true } };
+  return [upstream, { dialect: 'openai', dropUsageChunk: !asked }];
+}
+
+async function relay(
+  options: PublicRoutesOptions,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  upstreamBody: object | undefined,
+  stream: { dialect: StreamDialect; dropUsageChunk: boolean } | undefined,
+): Promise<void> {
+  const endpoint = request.routeOptions.url ?? request.url;
+  // Only the propagated headers go on, and the tenant is always the edge's own: anything
+  // internal a client sent stays here.
+  const headers: Record<string, string> = {
+    ...propagationHeaders(request.headers),
+    [HEADERS.requestId]: request.id,
+    [HEADERS.tenant]: request.tenant.name,
+  };
+  if (upstreamBody !== undefined) headers['content-type'] = 'application/json';
+  const tap = stream ? sseUsageTap({ dropUsageChunk: stream.dropUsageChunk }) : jsonUsageTap();
+  const started = performance.now();
+  try {
+    const result = await forward(
+      options.router,
+      {
+        method: upstreamBody === undefined ? 'GET' : 'POST',
+        path: endpoint,
+        headers,
+        ...(upstreamBody !== undefined ? { body: JSON.stringify(upstreamBody) } : {}),
+        responseHeaders: request.rateLimitHeaders,
+        dialect: stream?.dialect ?? 'generate',
+        tap,
+        onUpstreamHeaders: () =>
+          options.metrics.upstreamSeconds.observe({ endpoint }, (performance.now() - started) / 1e3),
+      },
+      reply,
+    );
+    options.metrics.requests.inc({ endpoint, outcome: result.outcome });
+    request.log.info(
+      {
+        tenant: request.tenant.name,
+        outcome: result.outcome,
+        status: result.status ?? null,
+        tokens: tap.tokens(),
+      },
+      'request forwarded',
+    );
+  } catch (err) {
+    options.metrics.requests.inc({ endpoint, outcome: 'upstream_error' });
+    throw err;
+  } finally {
+    void options.quotas.charge(request.tenant, tap.tokens());
+  }
+}
