@@ -1,0 +1,122 @@
+// Each service's Dockerfile, checked structurally (no container engine runs here, so no image
+// is built in CI): multi-stage, every base image pinned by tag, a non-root final USER, a
+// HEALTHCHECK, EXPOSE equal to the port the service's config defaults to, and the command the
+// chart runs. The backend builds the native engine with nvcc on a CUDA -devel stage and runs
+// on the matching -runtime image.
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { execForm, find, imagePin, parseDockerfile, type Stage } from './support/dockerfile.js';
+import { repoRoot } from './support/tools.js';
+
+const services = [
+  { dir: 'edge-gateway', runtime: /^node:24-slim$/ },
+  { dir: 'router-service', runtime: /^node:24-slim$/ },
+  { dir: 'observability', runtime: /^node:24-slim$/ },
+  { dir: 'inference-backend', runtime: /^nvidia\/cuda:[\d.]+-runtime-ubuntu24\.04$/ },
+];
+
+/** The port a service listens on by default, read from its config source (`configFields.port(N)`). */
+function configuredPort(dir: string): number {
+  const src = readFileSync(join(repoRoot, 'services', dir, 'src/config.ts'), 'utf8');
+  const m = /port:\s*configFields\.port\((\d+)\)/.exec(src);
+  if (!m) throw new Error(`no default port in services/${dir}/src/config.ts`);
+  return Number(m[1]);
+}
+
+describe.each(services)('services/$dir/Dockerfile', ({ dir, runtime }) => {
+  const path = join(repoRoot, 'services', dir, 'Dockerfile');
+  const stages = parseDockerfile(readFileSync(path, 'utf8'));
+  const final = stages.at(-1) as Stage;
+  const stageNames = new Set(stages.map((s) => s.name).filter(Boolean));
+
+  it('is multi-stage with every external image pinned by a tag (never latest)', () => {
+    expect(stages.length).toBeGreaterThanOrEqual(2);
+    const images = [
+      ...stages.map((s) => s.image),
+      ...stages.flatMap((s) =>
+        find(s, 'COPY')
+          .map((c) => /--from=(\S+)/.exec(c.args)?.[1])
+          .filter((x): x is string => !!x),
+      ),
+    ].filter((image) => !stageNames.has(image));
+    expect(images.length).toBeGreaterThan(0);
+    for (const image of images) {
+      const pin = imagePin(image);
+      expect(pin, image).toBeDefined();
+      expect(pin, image).not.toBe('latest');
+    }
+  });
+
+  it('runs the final stage on the expected base as a non-root user', () => {
+    expect(final.image).toMatch(runtime);
+    const users = find(final, 'USER');
+    expect(users.length).toBeGreaterThan(0);
+    const user = (users.at(-1)?.args ?? '').split(':')[0] as string;
+    expect(['root', '0']).not.toContain(user);
+    expect(Number(user)).toBeGreaterThan(0);
+  });
+
+  it('declares a HEALTHCHECK on /health/live and EXPOSEs the configured port', () => {
+    const [hc] = find(final, 'HEALTHCHECK');
+    expect(hc?.args).toMatch(/^--interval=\d+s .*CMD \[/);
+    expect(execForm(hc?.args as string)?.join(' ')).toContain('/health/live');
+    const port = configuredPort(dir);
+    expect(find(final, 'EXPOSE').map((e) => Number(e.args))).toEqual([port]);
+    expect(find(final, 'ENV').some((e) => e.args.includes(`PORT=${port}`))).toBe(true);
+  });
+
+  it('starts the command the Helm chart runs', () => {
+    const [cmd] = find(final, 'CMD');
+    expect(execForm(cmd?.args as string)).toEqual(['node', `services/${dir}/dist/main.js`]);
+  });
+
+  it('deploys only its own package with production dependencies, copying files that exist', () => {
+    const build = stages.find((s) => find(s, 'RUN').some((r) => r.args.includes('deploy --prod')));
+    expect(build).toBeDefined();
+    for (const copy of stages.flatMap((s) => find(s, 'COPY')).filter((c) => !c.args.startsWith('--from'))) {
+      const sources = copy.args.split(/\s+/).slice(0, -1);
+      for (const src of sources) expect(existsSync(join(repoRoot, src)), `${dir}: COPY ${src}`).toBe(true);
+    }
+  });
+});
+
+describe('services/inference-backend/Dockerfile', () => {
+  const stages = parseDockerfile(
+    readFileSync(join(repoRoot, 'services/inference-backend/Dockerfile'), 'utf8'),
+  );
+
+  it('compiles the native engine with nvcc on a CUDA -devel stage of the same CUDA and Ubuntu', () => {
+    const build = stages.find((s) => s.name === 'build') as Stage;
+    expect(build.image).toMatch(/^nvidia\/cuda:[\d.]+-devel-ubuntu24\.04$/);
+    expect(imagePin(build.image)?.replace('-devel', '-runtime')).toBe(
+      imagePin((stages.at(-1) as Stage).image),
+    );
+    expect(find(build, 'ENV').some((e) => e.args === 'STRATA_CUDA_HOME=/usr/local/cuda')).toBe(true);
+    expect(find(build, 'RUN').some((r) => r.args.includes('scripts/build-native.mjs'))).toBe(true);
+    // The archs come from CMakeLists.txt's default, which must stay sm_80/sm_89/sm_90.
+    const cmake = readFileSync(join(repoRoot, 'services/inference-backend/CMakeLists.txt'), 'utf8');
+    expect(cmake).toMatch(/set\(STRATA_CUDA_ARCHS "80;89;90"/);
+  });
+
+  it('puts strata-warmup on PATH for the warmup Job', () => {
+    const final = stages.at(-1) as Stage;
+    expect(find(final, 'COPY').some((c) => c.args.includes('/usr/local/bin/strata-warmup'))).toBe(true);
+  });
+});
+
+describe('the parser', () => {
+  it('reads continuations, stages and pins', () => {
+    const stages = parseDockerfile(
+      '# c\nARG X=1\nFROM a:1 AS one\nRUN a \\\n  # note\n  b\nFROM one\nUSER 1\n',
+    );
+    expect(stages.map((s) => [s.image, s.name])).toEqual([
+      ['a:1', 'one'],
+      ['one', undefined],
+    ]);
+    expect(stages[0]?.instructions[0]?.args).toBe('a    b');
+    expect(imagePin('ghcr.io/x/y:2.0')).toBe('2.0');
+    expect(imagePin('localhost:5000/y')).toBeUndefined();
+    expect(() => parseDockerfile('RUN x\n')).toThrow('RUN before FROM');
+  });
+});
