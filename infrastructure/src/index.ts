@@ -1,0 +1,17 @@
+// Library surface, for tests and for users who compose the stack into their own CDKTF app.
+export { devicePluginValues, NvidiaDevicePlugin, needsDevicePlugin } from './addons/device-plugin.js';
+export { StrataAddons } from './addons/eks-addons.js';
+export { IrsaRole } from './cluster/irsa.js';
+export { GPU_TAINT, gpuLabels, LABELS, SCALE_TAGS, StrataNodeGroups } from './cluster/node-groups.js';
+export { describeGpuInstance, GPU_FAMILIES } from './config/gpu-instances.js';
+export {
+  CONFIG_FILE_ENV,
+  ENV_OVERRIDES,
+  InfraConfigError,
+  loadInfraConfig,
+  parseInfraConfig,
+} from './config/load.js';
+export type { GpuNodeGroupConfig, InfraConfig, InfraConfigInput } from './config/schema.js';
+export { cidrSubnet, subnetLayout } from './network/cidr.js';
+export { StrataNetwork } from './network/vpc.js';
+export { StrataEksStack } from './stack.js';
