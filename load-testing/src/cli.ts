@@ -1,8 +1,12 @@
 #!/usr/bin/env node
-// strata-platform up [--host H] [--ephemeral]
-// Starts the local platform and keeps it in the foreground until Ctrl-C or SIGTERM.
+// strata-platform up [--host H] [--ephemeral] [--quiet]
+//   Starts the local platform and keeps it in the foreground until Ctrl-C or SIGTERM.
+// strata-platform load <smoke|steady|ramp|spike|soak> [--no-prometheus] [--no-plot] [--out-dir D]
+//   Starts the full harness, runs that k6 suite against it, saves summary + plot (STRATA_* knobs
+//   of the suites come from the environment, e.g. STRATA_RATE=8 STRATA_DURATION=2m).
 import { parseArgs } from 'node:util';
-import { defaultModelDir, SERVICE_NAMES, type ServiceName, startPlatform } from './platform.js';
+import { loadCommand } from './load-command.js';
+import { upCommand } from './up-command.js';
 
 const { positionals, values } = parseArgs({
   allowPositionals: true,
@@ -10,43 +14,27 @@ const { positionals, values } = parseArgs({
     host: { type: 'string', default: '127.0.0.1' },
     ephemeral: { type: 'boolean', default: false },
     quiet: { type: 'boolean', default: false },
+    'no-prometheus': { type: 'boolean', default: false },
+    'no-plot': { type: 'boolean', default: false },
+    'out-dir': { type: 'string' },
   },
 });
 
-if (positionals[0] !== 'up') {
-  process.stderr.write('usage: strata-platform up [--host HOST] [--ephemeral] [--quiet]\n');
-  process.exit(2);
-}
+const usage =
+  'usage: strata-platform up [--host HOST] [--ephemeral] [--quiet]\n' +
+  '       strata-platform load <smoke|steady|ramp|spike|soak> [--no-prometheus] [--no-plot] [--out-dir DIR]\n';
 
-const width = Math.max(...SERVICE_NAMES.map((n) => n.length));
-const platform = await startPlatform({
-  host: values.host,
-  ...(values.ephemeral ? { ports: Object.fromEntries(SERVICE_NAMES.map((n) => [n, 0])) } : {}),
-  onLine: (name: ServiceName, line: string) => {
-    if (!values.quiet) process.stdout.write(`[${name.padEnd(width)}] ${line}\n`);
-  },
-});
-
-const model = defaultModelDir();
-process.stdout.write('\nStrata local platform is up (embedded defaults: CPU engine, in-memory stores):\n');
-process.stdout.write(
-  model
-    ? `  model: ${model} (the backend turns ready after warmup)\n`
-    : '  model: none found: set STRATA_MODEL_DIR to a Hugging Face model directory\n',
-);
-for (const s of platform.services) {
-  process.stdout.write(
-    `  ${s.name.padEnd(width)}  ${s.url}   /health/live  /health/ready  /metrics   (pid ${s.pid})\n`,
-  );
-}
-process.stdout.write('Press Ctrl-C to stop.\n');
-
-let stopping = false;
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  process.on(signal, () => {
-    if (stopping) return;
-    stopping = true;
-    process.stdout.write(`\n${signal}: draining and stopping the services...\n`);
-    platform.stop().then(() => process.exit(0));
+if (positionals[0] === 'up') {
+  await upCommand({ host: values.host, ephemeral: values.ephemeral, quiet: values.quiet });
+} else if (positionals[0] === 'load' && positionals[1]) {
+  const code = await loadCommand({
+    scenario: positionals[1],
+    prometheus: !values['no-prometheus'],
+    plot: !values['no-plot'],
+    ...(values['out-dir'] ? { outDir: values['out-dir'] } : {}),
   });
+  process.exit(code);
+} else {
+  process.stderr.write(usage);
+  process.exit(2);
 }

@@ -1,11 +1,11 @@
 // Starts the whole local platform as child processes on their embedded defaults and reports
 // where each service listens. Used by `scripts/strata up`, and by tests and load runs.
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { type SpawnedService, spawnService, stopChild } from './process.js';
 
 export const SERVICE_NAMES = [
   'inference-backend',
@@ -47,7 +47,7 @@ export interface StartOptions {
 
 const require = createRequire(import.meta.url);
 
-function entryOf(name: ServiceName): string {
+export function entryOf(name: ServiceName): string {
   return join(dirname(require.resolve(`@strata/${name}`)), 'main.js');
 }
 
@@ -70,85 +70,39 @@ export function defaultModelDir(env: NodeJS.ProcessEnv = process.env): string | 
     .find((dir) => existsSync(join(dir, 'config.json')));
 }
 
-function waitForExit(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => child.once('exit', () => resolve()));
-}
-
-// Resolves with the address from the service's "listening" log line.
-function startService(
-  name: ServiceName,
-  port: number,
-  options: StartOptions,
-): Promise<{ child: ChildProcess; url: string }> {
+function startService(name: ServiceName, port: number, options: StartOptions): Promise<SpawnedService> {
   const model =
     name === 'inference-backend' ? defaultModelDir({ ...process.env, ...options.env }) : undefined;
-  const child = spawn(process.execPath, [entryOf(name)], {
-    env: {
-      ...process.env,
-      ...(model ? { STRATA_MODEL_DIR: model } : {}),
-      ...options.env,
-      HOST: options.host ?? '127.0.0.1',
-      PORT: String(port),
-      // The stdin pipe is a lifeline: when this launcher dies, even by SIGKILL, it closes and
-      // the service shuts down instead of running on as an orphan.
-      STRATA_EXIT_WITH_STDIN: '1',
-    },
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
-  const timeoutMs = options.startTimeoutMs ?? 60_000;
-  return new Promise((resolve, reject) => {
-    const stderr: string[] = [];
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`${name} did not start listening within ${timeoutMs} ms`));
-    }, timeoutMs);
-    createInterface({ input: child.stdout as NodeJS.ReadableStream }).on('line', (line) => {
-      options.onLine?.(name, line);
-      try {
-        const record = JSON.parse(line) as { msg?: string; address?: string };
-        if (record.msg === 'listening' && record.address) {
-          clearTimeout(timer);
-          resolve({ child, url: record.address });
-        }
-      } catch {
-        // not a JSON log line; already passed to onLine
-      }
-    });
-    createInterface({ input: child.stderr as NodeJS.ReadableStream }).on('line', (line) => {
-      stderr.push(line);
-      options.onLine?.(name, line);
-    });
-    child.once('exit', (code, signal) => {
-      clearTimeout(timer);
-      reject(
-        new Error(`${name} exited before listening (code ${code}, signal ${signal}): ${stderr.join('\n')}`),
-      );
-    });
+  return spawnService({
+    label: name,
+    entry: entryOf(name),
+    host: options.host ?? '127.0.0.1',
+    port,
+    env: { ...(model ? { STRATA_MODEL_DIR: model } : {}), ...options.env },
+    onLine: (_label, line) => options.onLine?.(name, line),
+    ...(options.startTimeoutMs !== undefined ? { startTimeoutMs: options.startTimeoutMs } : {}),
   });
 }
 
 export async function startPlatform(options: StartOptions = {}): Promise<Platform> {
   const started: { name: ServiceName; child: ChildProcess; url: string }[] = [];
   const stop = async (graceMs = 15_000) => {
-    await Promise.all(
-      started.map(async ({ child }) => {
-        child.kill('SIGTERM');
-        const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
-        await waitForExit(child);
-        clearTimeout(timer);
-      }),
-    );
+    await Promise.all(started.map(({ child }) => stopChild(child, graceMs)));
   };
   try {
     for (const name of SERVICE_NAMES) {
       const port = options.ports?.[name] ?? DEFAULT_PORTS[name];
-      // The router's embedded routing sends everything to the backend started just before it.
-      const backend = started.find((s) => s.name === 'inference-backend')?.url;
+      // Each service is pointed at the one it talks to, started before it (any port, 0 too):
+      // router -> backend, edge -> router, sidecar -> backend.
+      const url = (of: ServiceName) => started.find((s) => s.name === of)?.url;
+      const upstream: Partial<Record<ServiceName, [string, string | undefined]>> = {
+        'router-service': ['STRATA_BACKEND_URL', url('inference-backend')],
+        'edge-gateway': ['STRATA_ROUTER_URL', url('router-service')],
+        observability: ['STRATA_BACKEND_URL', url('inference-backend')],
+      };
+      const [variable, target] = upstream[name] ?? [];
       const serviceOptions =
-        name === 'router-service' && backend
-          ? { ...options, env: { STRATA_BACKEND_URL: backend, ...options.env } }
-          : options;
+        variable && target ? { ...options, env: { [variable]: target, ...options.env } } : options;
       started.push({ name, ...(await startService(name, port, serviceOptions)) });
     }
   } catch (err) {

@@ -62,6 +62,24 @@ describe('local platform', () => {
     });
   });
 
+  it('serves the whole path: edge -> router -> backend, and the sidecar watches that backend', async () => {
+    const res = await fetch(`${urls.get('edge-gateway')}/v1/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 4 }),
+    });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-strata-backend')).toBe('local');
+    expect(await res.json()).toMatchObject({ model: 'tinystories-656k', usage: { output_tokens: 4 } });
+    await expect
+      .poll(async () =>
+        (await (await fetch(`${urls.get('observability')}/metrics`)).text()).includes(
+          'strata_sidecar_backend_up{service="observability"} 1',
+        ),
+      )
+      .toBe(true);
+  });
+
   it('routes generation through the router to the backend', async () => {
     const res = await fetch(`${urls.get('router-service')}/v1/generate`, {
       method: 'POST',

@@ -7,6 +7,7 @@ import { spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
@@ -65,7 +66,12 @@ export async function measureHop(o) {
       .firstLine;
   await run({ url: service.url, mode: 'open', rate: 200, seconds: 1 }); // warm-up
   const direct = await run({ url: upstreamUrl, mode: 'open', rate: o.rate, seconds: o.seconds });
+  // The hop's own event loop while it carries the open-loop run: a stall here is the hop's.
+  const loop = monitorEventLoopDelay({ resolution: 1 });
+  loop.enable();
   const hopped = await run({ url: service.url, mode: 'open', rate: o.rate, seconds: o.seconds });
+  loop.disable();
+  const loopDelay = { p50: loop.percentile(50) / 1e6, p99: loop.percentile(99) / 1e6, max: loop.max / 1e6 };
   const closed = await run({
     url: service.url,
     mode: 'closed',
@@ -99,6 +105,9 @@ export async function measureHop(o) {
     `${`added by the ${o.hop}`.padEnd(20)} ${f(added.first_byte_p50)} ${f(added.first_byte_p99)} | ${f(added.total_p50)} ${f(added.total_p99)} |`,
   );
   console.log(
+    `${o.hop} event-loop delay during the open loop (ms): p50 ${loopDelay.p50.toFixed(2)}, p99 ${loopDelay.p99.toFixed(2)}, max ${loopDelay.max.toFixed(2)}`,
+  );
+  console.log(
     `closed loop, ${o.concurrency} concurrent: ${closed.rps.toFixed(0)} req/s ${through} (${closed.errors} errors)`,
   );
   console.log(
@@ -115,6 +124,7 @@ export async function measureHop(o) {
     direct,
     [o.hop === 'router' ? 'routed' : o.hop]: hopped,
     added,
+    event_loop_delay_ms: loopDelay,
     closed_loop: { concurrency: o.concurrency, ...closed },
   };
   writeFileSync(join(dir, o.out), `${JSON.stringify(report, null, 2)}\n`);

@@ -83,5 +83,5 @@ ensure_native_tools() {
 # The router's tests run a real redis-server (they start their own when STRATA_TEST_REDIS_URL is
 # unset).
 ensure_redis() {
-  command -v redis-server >/dev/null || apt_install_or_die "the router's tests" redis-server
+  command -v redis-server >/dev/null || apt_install_or_die "the router's and edge's tests and the load harness" redis-server
 }

@@ -38,6 +38,24 @@ describe('inference-backend app', () => {
     }
   });
 
+  it('warms up within its own admission limit: a backend admitting 3 requests still turns ready', async () => {
+    const backend = await startBackend(
+      { STRATA_MAX_NUM_SEQS: '2', STRATA_MAX_QUEUED: '1' },
+      { waitReady: false },
+    );
+    try {
+      for (let i = 0; i < 300 && (await fetch(`${backend.url}/health/ready`)).status !== 200; i++) {
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const ready = await json(await fetch(`${backend.url}/health/ready`));
+      expect(ready).toMatchObject({ ready: true, checks: { warmup_done: { ok: true } } });
+      // 3 prompt lengths alone, then batches of 3 (capped from 4 and from 16, once).
+      expect(ready.checks.warmup_done.detail).toMatch(/^6 requests in [\d.]+ s$/);
+    } finally {
+      await backend.close();
+    }
+  });
+
   it('stays live but not ready without a model, and says why', async () => {
     const backend = await startBackend({ STRATA_MODEL_DIR: '' });
     try {

@@ -162,6 +162,11 @@ export class InferenceRuntime {
     }
   }
 
+  /** Requests admitted at once (running + queued); one more is refused with a 429. */
+  get capacity(): number {
+    return this.config.engine.maxNumSeqs + this.config.limits.maxQueued;
+  }
+
   /**
    * Admits and submits one request, then returns its events. Rejects before anything runs for
    * a full queue (429), bad parameters or a prompt over the context (400); once it has started
@@ -187,7 +192,7 @@ export class InferenceRuntime {
       span.setStatus({ code: SpanStatusCode.ERROR, message: code });
       span.end();
     };
-    const capacity = this.config.engine.maxNumSeqs + this.config.limits.maxQueued;
+    const capacity = this.capacity;
     if (this.live >= capacity) {
       reject('STRATA_QUEUE_FULL');
       throw new StrataError(

@@ -26,7 +26,8 @@ export async function warmUp(runtime: InferenceRuntime, logger: Logger): Promise
     }
   };
   for (const length of lengths) await run(prompt(length, length)); // alone
-  for (const batch of [4, 16]) {
+  // Batches never exceed what the backend admits, or warmup would be refused by its own 429.
+  for (const batch of new Set([4, 16].map((n) => Math.min(n, runtime.capacity)))) {
     await Promise.all(
       Array.from({ length: batch }, (_, i) => run(prompt(lengths[i % lengths.length] ?? 8, batch * 100 + i))),
     );

@@ -1,0 +1,65 @@
+// `strata-platform load <scenario>`: starts the harness (Redis, two CPU backends, router, edge,
+// sidecars, Prometheus), runs one k6 suite against it, and saves the summary JSON and the plot
+// into docs/benchmarks/ as k6-<scenario>.json / k6-<scenario>.png.
+import { mkdirSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { startHarness } from './harness.js';
+import { runK6, SCENARIOS, type Scenario } from './k6.js';
+import { plotRun } from './plot.js';
+
+export interface LoadCommandOptions {
+  scenario: string;
+  prometheus: boolean;
+  /** Default: the repository's docs/benchmarks. */
+  outDir?: string;
+  plot: boolean;
+}
+
+export async function loadCommand(options: LoadCommandOptions): Promise<number> {
+  if (!SCENARIOS.includes(options.scenario as Scenario)) {
+    process.stderr.write(`unknown scenario "${options.scenario}": one of ${SCENARIOS.join(', ')}\n`);
+    return 2;
+  }
+  const scenario = options.scenario as Scenario;
+  const outDir = resolve(
+    options.outDir ?? join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'docs', 'benchmarks'),
+  );
+  mkdirSync(outDir, { recursive: true });
+  process.stdout.write('starting the platform: redis, 2 CPU backends, router, edge, 2 sidecars');
+  process.stdout.write(options.prometheus ? ', prometheus\n' : '\n');
+  const harness = await startHarness({ prometheus: options.prometheus });
+  const stop = () => void harness.stop().then(() => process.exit(130));
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+  try {
+    process.stdout.write(`k6 ${scenario} against the ${harness.entry} at ${harness.entryUrl}\n`);
+    if (harness.prometheus) process.stdout.write(`prometheus at ${harness.prometheus.url}\n`);
+    const summaryJson = join(outDir, `k6-${scenario}.json`);
+    const csv = join(harness.dir, 'samples.csv');
+    const { code } = await runK6({
+      scenario,
+      target: harness.entryUrl,
+      apiKey: harness.apiKey,
+      summaryJson,
+      csv,
+      env: {
+        STRATA_RUN_LABEL: `local harness: 2 CPU backends (${harness.modelName}, 1 thread each) behind the ${harness.entry}`,
+      },
+      onLine: (line) => process.stdout.write(`${line}\n`),
+    });
+    process.stdout.write(`summary: ${summaryJson}\n`);
+    if (options.plot) {
+      const png = join(outDir, `k6-${scenario}.png`);
+      plotRun(csv, png, `strata ${scenario}: TTFT and throughput (${harness.modelName}, 2 CPU backends)`);
+      process.stdout.write(`plot: ${png}\n`);
+    }
+    const crashes = harness.crashes();
+    if (crashes.length > 0) process.stderr.write(`processes that crashed: ${crashes.join('; ')}\n`);
+    return crashes.length > 0 ? 1 : code;
+  } finally {
+    process.off('SIGINT', stop);
+    process.off('SIGTERM', stop);
+    await harness.stop();
+  }
+}
