@@ -9,7 +9,8 @@ import Fastify, {
 } from 'fastify';
 import type { Logger } from 'pino';
 import { errorBodyJsonSchema, StrataError } from './errors.js';
-import { childTraceparent, formatTraceparent, HEADERS, parseTraceparent, requestIdFrom } from './headers.js';
+import { HEADERS, parseTraceparent, requestIdFrom } from './headers.js';
+import { traceRequests } from './http-span.js';
 import type { ServiceMetrics } from './metrics.js';
 import { Readiness } from './readiness.js';
 
@@ -21,11 +22,11 @@ export interface ServiceAppOptions {
   /** Largest accepted request body, in bytes. */
   bodyLimit?: number;
   /**
-   * The edge starts traces: each request's traceparent is replaced by a child span of the
-   * client's (or a new trace when it sent none or a malformed one), so every hop and log line
-   * after it carries one trace id.
+   * A SERVER span per request (http-span.ts) whose context replaces the request's traceparent,
+   * for services that forward requests. 'originate' (the edge) also starts a trace when the
+   * client sent none or a malformed one, so every hop and log line after it carries one id.
    */
-  originateTrace?: boolean;
+  traceRequests?: 'continue' | 'originate';
 }
 
 declare module 'fastify' {
@@ -110,13 +111,12 @@ export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
   app.decorate('readiness', readiness);
   app.decorate('metrics', options.metrics);
 
+  // Before the hook below, which logs the trace id the request will carry onwards.
+  if (options.traceRequests) {
+    traceRequests(app, options.name, { originate: options.traceRequests === 'originate' });
+  }
   app.addHook('onRequest', async (request, reply) => {
     reply.header(HEADERS.requestId, request.id);
-    if (options.originateTrace) {
-      request.headers[HEADERS.traceparent] = formatTraceparent(
-        childTraceparent(request.headers[HEADERS.traceparent]),
-      );
-    }
     const traceId = parseTraceparent(request.headers[HEADERS.traceparent])?.traceId;
     if (traceId) request.log = request.log.child({ trace_id: traceId });
   });

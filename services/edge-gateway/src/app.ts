@@ -28,7 +28,7 @@ export function buildApp(ctx: Omit<BootContext<Config>, 'telemetry'>, parts: Edg
     metrics: ctx.metrics,
     readiness: ctx.readiness,
     bodyLimit: ctx.config.maxBodyBytes,
-    originateTrace: true,
+    traceRequests: 'originate',
   });
   const metrics = createEdgeMetrics(ctx.metrics.registry);
 

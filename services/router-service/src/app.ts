@@ -15,6 +15,7 @@ export function buildApp(
     metrics: ctx.metrics,
     readiness: ctx.readiness,
     bodyLimit: 8 * 1024 * 1024,
+    traceRequests: 'continue',
   });
   if (!deps) return app;
   const route = createRouter({ ...deps, metrics: ctx.metrics });

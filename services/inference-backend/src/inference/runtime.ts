@@ -1,17 +1,8 @@
 // The backend's execution core, shared by every route: the loaded model, admission control,
 // per-request deadlines and cancellation, and per-request timings for metrics and logs.
 import { basename } from 'node:path';
-import {
-  type Context,
-  context,
-  ROOT_CONTEXT,
-  type Span,
-  SpanKind,
-  SpanStatusCode,
-  type Tracer,
-  trace,
-} from '@opentelemetry/api';
-import { parseTraceparent, StrataError } from '@strata/common';
+import { context, type Span, SpanKind, SpanStatusCode, type Tracer, trace } from '@opentelemetry/api';
+import { parentContext, StrataError } from '@strata/common';
 import type { Config } from '../config.js';
 import { Engine, type FinishReason, type SamplingParams } from '../engine/engine.js';
 import { guarded } from '../engine/guarded.js';
@@ -61,16 +52,6 @@ export function servedModelName(config: Config): string {
 }
 
 /** The parent context named by a W3C traceparent header, or the root context. */
-function parentContext(traceparent: string | undefined): Context {
-  const parent = parseTraceparent(traceparent);
-  if (!parent) return ROOT_CONTEXT;
-  return trace.setSpanContext(ROOT_CONTEXT, {
-    traceId: parent.traceId,
-    spanId: parent.parentId,
-    traceFlags: Number.parseInt(parent.flags, 16) & 1,
-    isRemote: true,
-  });
-}
 
 /** Per-request moments on performance.now()'s clock, shared by start() and the event stream. */
 interface Moments {
