@@ -89,14 +89,23 @@ describe('a backend killed mid-stream', () => {
     const killed = harness.backends.findIndex((b) => !b.running);
     await harness.restartBackend(killed);
     const seen = new Set<string | null>();
-    for (let i = 0; i < 40 && seen.size < 2; i++) {
+    // The router may still hold the restarted backend ejected (its backoff doubles up to 10 s
+    // while the backend was down), so this keeps sending for up to 30 s; distinct prompts keep
+    // prefix-cache affinity from pinning every request to the survivor.
+    const deadline = Date.now() + 30_000;
+    for (let i = 0; Date.now() < deadline && seen.size < 2; i++) {
       const batch = await Promise.all(
-        Array.from({ length: 4 }, () => send(harness.entryUrl, harness.apiKey, { body: { max_tokens: 8 } })),
+        Array.from({ length: 4 }, (_, j) =>
+          send(harness.entryUrl, harness.apiKey, {
+            body: { prompt: `Story ${i}.${j}: a cat`, max_tokens: 8 },
+          }),
+        ),
       );
       for (const o of batch) {
         expect([o.status, o.terminal], JSON.stringify(o)).toEqual([200, 'done']);
         seen.add(o.backend);
       }
+      await new Promise((r) => setTimeout(r, 100));
     }
     expect([...seen].sort()).toEqual(harness.backends.map((b) => b.label).sort());
     await expectNoLeakedBlocks(harness);

@@ -61,6 +61,7 @@ function header(request: FastifyRequest, name: string): string | undefined {
 
 export function createRouter(deps: RouterDeps) {
   const prefixIndex = new PrefixIndex();
+  let turn = 0; // rotates backends that tie for the best score
   const decisions = new Counter({
     name: 'strata_router_decisions_total',
     help: 'Requests routed, by rule and chosen backend (backend "none" when no candidate answered).',
@@ -111,6 +112,7 @@ export function createRouter(deps: RouterDeps) {
     const prefixHashes = prefixIndex.hashes(text);
     const picked = pick(backends, rule.policy, {
       now: Date.now(),
+      tieBreaker: turn++,
       prefixHashes,
       prefixIndex,
       ...(affinity?.result === 'hit' ? { sessionBackend: affinity.backend } : {}),

@@ -40,6 +40,26 @@ export interface PickOptions extends ScoreInput {
   /** ms since the epoch, as in BackendLoad.at. */
   now: number;
   loadMaxAgeMs?: number;
+  /**
+   * Rotates the backends that tie for the best score (the caller passes a counter): at low load
+   * every backend scores the same, and always taking the first by name would send all traffic
+   * to one. Default 0: ties in name order.
+   */
+  tieBreaker?: number;
+}
+
+const TIE = 1e-9;
+
+// The leading run of equal scores, rotated by `turn`: ties take turns instead of going to the
+// same backend every time. The order of the rest is unchanged.
+function rotateTies(sorted: Candidate[], turn: number): Candidate[] {
+  const first = sorted[0];
+  if (first === undefined) return sorted;
+  let n = 1;
+  while (n < sorted.length && Math.abs((sorted[n] as Candidate).score - first.score) < TIE) n++;
+  const k = turn % n;
+  if (k === 0) return sorted;
+  return [...sorted.slice(k, n), ...sorted.slice(0, k), ...sorted.slice(n)];
 }
 
 function weightedScore(scores: ScoresByScorer, weights: Weights): number {
@@ -103,7 +123,9 @@ export function pick(backends: readonly BackendState[], policy: Policy, options:
   }
   ready.sort(byScoreThenName);
   saturated.sort(byScoreThenName);
-  const candidates = ready.concat(saturated);
+  const turn = options.tieBreaker ?? 0;
+  const candidates =
+    ready.length > 0 ? rotateTies(ready, turn).concat(saturated) : rotateTies(saturated, turn);
   const best = candidates[0] as Candidate;
   return { candidates, excluded, reason: describe(best, saturated, candidates.length, excluded) };
 }

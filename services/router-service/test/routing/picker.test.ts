@@ -23,6 +23,27 @@ describe('picker', () => {
     expect(result.reason).toBe('a score 0.750 (queue 1.000 kv 0.500 prefix 0.000 session 0.000)');
   });
 
+  it('takes turns among backends tied for the best score, leaving the rest in order', () => {
+    const backends = [
+      backend('c', { waiting: 2, running: 2, kvUsage: 0.5 }),
+      backend('b', { waiting: 0, running: 0, kvUsage: 0.5 }),
+      backend('a', { waiting: 0, running: 0, kvUsage: 0.5 }),
+    ];
+    const order = (turn: number) =>
+      names(
+        pick(backends, policy({ weights: { queue: 1, kv: 1, prefix: 0, session: 0 } }), {
+          ...at,
+          tieBreaker: turn,
+        }),
+      );
+    expect([0, 1, 2, 3].map(order)).toEqual([
+      ['a', 'b', 'c'],
+      ['b', 'a', 'c'],
+      ['a', 'b', 'c'],
+      ['b', 'a', 'c'],
+    ]);
+  });
+
   it('follows the session when weights favour it, and load when they do not', () => {
     const backends = [backend('a', { running: 1 }), backend('b', { running: 4 })];
     const session = { ...at, sessionBackend: 'b' };
