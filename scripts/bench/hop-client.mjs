@@ -1,6 +1,8 @@
 // Load generator for the hop benchmarks (hop-lib.mjs), in its own process. argv: JSON job
 //   {url, undici (module URL), headers, mode: 'open' (fixed rate) | 'closed' (fixed concurrency), rate, concurrency, seconds}
 // Prints one JSON line: latencies (ms) of first byte and of the whole response, and req/s.
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+
 const job = JSON.parse(process.argv[2]);
 // undici comes from the benchmarked package (this folder has no dependencies of its own).
 const { Pool } = await import(job.undici);
@@ -28,6 +30,9 @@ async function one() {
   }
 }
 
+// The generator's own stalls would show up as latency: measured, to tell them apart.
+const loop = monitorEventLoopDelay({ resolution: 1 });
+loop.enable();
 const started = performance.now();
 const deadline = started + job.seconds * 1000;
 const inflight = new Set();
@@ -61,6 +66,7 @@ process.stdout.write(
     requests: total.length,
     errors,
     rps: total.length / seconds,
+    client_event_loop_delay_ms: { p99: loop.percentile(99) / 1e6, max: loop.max / 1e6 },
     first_byte_ms: { p50: pct(firstByte, 0.5), p99: pct(firstByte, 0.99) },
     total_ms: { p50: pct(total, 0.5), p99: pct(total, 0.99) },
   })}\n`,
