@@ -42,6 +42,7 @@ export function buildApp(ctx: Omit<BootContext<Config>, 'telemetry'>, parts: Edg
     // Unknown routes are answered by the not-found handler, which raises no error.
     if (request.routeOptions.url === undefined && reply.statusCode === 404) {
       metrics.rejections.inc({ code: 'STRATA_NOT_FOUND', reason: rejectionReason('STRATA_NOT_FOUND') });
+      metrics.requests.inc({ endpoint: 'unmatched', outcome: 'rejected' });
     }
   });
 

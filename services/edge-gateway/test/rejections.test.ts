@@ -199,6 +199,7 @@ const rows: Row[] = [
 describe('edge rejections', () => {
   it.each(rows)('$name -> $status $code', async (row) => {
     const before = await edge.metric('strata_edge_rejections_total', { code: row.code, reason: row.reason });
+    const rejectedBefore = await edge.metric('strata_edge_requests_total', { outcome: 'rejected' });
     const res = await fetch(`${edge.url}${row.path ?? '/v1/generate'}`, {
       method: row.method ?? 'POST',
       headers: row.headers ?? {},
