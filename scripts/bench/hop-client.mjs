@@ -1,5 +1,8 @@
 // Load generator for the hop benchmarks (hop-lib.mjs), in its own process. argv: JSON job
-//   {url, undici (module URL), headers, mode: 'open' (fixed rate) | 'closed' (fixed concurrency), rate, concurrency, seconds}
+//   {url, undici (module URL), headers, mode: 'open' (fixed rate) | 'closed' (fixed concurrency),
+//    rate, concurrency, seconds, warmup}
+// Runs warmup + seconds; only requests sent after the warmup are measured, so the connection
+// pools (client -> hop -> upstream) have grown to what the load needs and the code is compiled.
 // Prints one JSON line: latencies (ms) of first byte and of the whole response, and req/s.
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 
@@ -15,26 +18,29 @@ let errors = 0;
 
 async function one() {
   const t0 = performance.now();
+  const measured = t0 >= measureFrom;
   try {
     const res = await pool.request({ path: '/v1/generate', method: 'POST', headers, body });
     let first = 0;
     for await (const _chunk of res.body) if (first === 0) first = performance.now();
     const end = performance.now();
+    if (!measured) return;
     if (res.statusCode !== 200) errors++;
     else {
       firstByte.push(first - t0);
       total.push(end - t0);
     }
   } catch {
-    errors++;
+    if (measured) errors++;
   }
 }
 
 // The generator's own stalls would show up as latency: measured, to tell them apart.
 const loop = monitorEventLoopDelay({ resolution: 1 });
-loop.enable();
 const started = performance.now();
-const deadline = started + job.seconds * 1000;
+const measureFrom = started + (job.warmup ?? 0) * 1000;
+const deadline = measureFrom + job.seconds * 1000;
+setTimeout(() => loop.enable(), measureFrom - started);
 const inflight = new Set();
 if (job.mode === 'open') {
   // Send on schedule regardless of responses: latency is not hidden by back-off (open loop).
@@ -55,7 +61,7 @@ if (job.mode === 'open') {
   );
 }
 await Promise.all(inflight);
-const seconds = (performance.now() - started) / 1000;
+const seconds = (performance.now() - measureFrom) / 1000;
 await pool.close();
 const pct = (xs, q) => {
   const s = [...xs].sort((a, b) => a - b);

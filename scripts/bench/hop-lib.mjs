@@ -1,6 +1,8 @@
 // What one proxy hop adds, measured the same way for every Strata hop (router, edge): a minimal
 // streaming upstream and the load generator run in their own processes, the service under test
-// runs in the caller's process on its one event loop. Open loop at `rate` requests/s: first-byte
+// runs in the caller's process on its one event loop. Each run begins with `warmup` seconds at
+// full load that are not measured (connection pools grow, code gets compiled: otherwise the
+// first half second's cold connections make the whole p99). Open loop at `rate` requests/s: first-byte
 // and total latency direct to the upstream and through the hop, and the difference; then closed
 // loop at `concurrency` for the hop's requests/s. Prints a table; writes docs/benchmarks/<out>.
 import { spawn } from 'node:child_process';
@@ -30,7 +32,7 @@ function child(script, args = []) {
   return { proc, firstLine };
 }
 
-/** The command line every hop benchmark takes: [--rate 1000] [--seconds 5] [--concurrency 64]. */
+/** The command line every hop benchmark takes: [--rate 1000] [--seconds 5] [--concurrency 64] [--warmup 2]. */
 export function hopArgs() {
   const { values } = parseArgs({
     options: {
@@ -52,6 +54,7 @@ export function hopArgs() {
  * @param {(upstreamUrl: string) => Promise<{url: string, close: () => Promise<void>}>} o.start
  * @param {Record<string,string>} [o.headers]  sent with every request (e.g. an API key)
  * @param {number} o.rate  @param {number} o.seconds  @param {number} o.concurrency
+ * @param {number} [o.warmup]  unmeasured seconds at full load before each run (default 2)
  * @param {string} o.out   file name under docs/benchmarks/
  * @param {string} o.command  the command that reproduces the run
  * @param {string} o.undici   import.meta.resolve('undici') of the calling package
@@ -64,12 +67,14 @@ export async function measureHop(o) {
   const run = async (job) =>
     await child('hop-client.mjs', [JSON.stringify({ headers: o.headers ?? {}, undici: o.undici, ...job })])
       .firstLine;
-  await run({ url: service.url, mode: 'open', rate: 200, seconds: 1 }); // warm-up
-  const direct = await run({ url: upstreamUrl, mode: 'open', rate: o.rate, seconds: o.seconds });
-  // The hop's own event loop while it carries the open-loop run: a stall here is the hop's.
+  // Every run starts with o.warmup seconds at full load that are not measured (hop-client.mjs).
+  const warmup = o.warmup ?? 2;
+  const direct = await run({ url: upstreamUrl, mode: 'open', rate: o.rate, seconds: o.seconds, warmup });
+  // The hop's own event loop while it carries the measured open loop: a stall here is the hop's.
   const loop = monitorEventLoopDelay({ resolution: 1 });
-  loop.enable();
-  const hopped = await run({ url: service.url, mode: 'open', rate: o.rate, seconds: o.seconds });
+  const measuring = setTimeout(() => loop.enable(), warmup * 1000);
+  const hopped = await run({ url: service.url, mode: 'open', rate: o.rate, seconds: o.seconds, warmup });
+  clearTimeout(measuring);
   loop.disable();
   const loopDelay = { p50: loop.percentile(50) / 1e6, p99: loop.percentile(99) / 1e6, max: loop.max / 1e6 };
   const closed = await run({
@@ -77,6 +82,7 @@ export async function measureHop(o) {
     mode: 'closed',
     concurrency: o.concurrency,
     seconds: o.seconds,
+    warmup,
   });
   await service.close();
   upstream.proc.kill();
@@ -121,6 +127,7 @@ export async function measureHop(o) {
     machine: { cpu: cpus()[0]?.model, cores: cpus().length },
     rate: o.rate,
     seconds: o.seconds,
+    warmup_seconds: warmup,
     direct,
     [o.hop === 'router' ? 'routed' : o.hop]: hopped,
     added,
