@@ -215,6 +215,7 @@ describe('edge rejections', () => {
     expect(await edge.metric('strata_edge_rejections_total', { code: row.code, reason: row.reason })).toBe(
       before + 1,
     );
+    expect(await edge.metric('strata_edge_requests_total', { outcome: 'rejected' })).toBe(rejectedBefore + 1);
   });
 
   it('let none of them reach the router', () => {
