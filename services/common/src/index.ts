@@ -8,6 +8,7 @@ export * from './openai-protocol.js';
 export * from './openapi.js';
 export * from './protocol.js';
 export * from './readiness.js';
+export * from './redis.js';
 export * from './run.js';
 export * from './service.js';
 export * from './shutdown.js';

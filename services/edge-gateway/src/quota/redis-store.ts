@@ -1,9 +1,9 @@
 // Quotas shared by every edge replica: the bucket arithmetic of bucket.ts in Lua, so a check and
 // its update are one atomic step, timed by Redis' clock (replicas' clocks may differ). Keys
 // `strata:quota:{tenant}:req|tok` share a hash slot (Redis Cluster) and expire once the bucket
-// would be full again. Like the router's session store it fails fast while Redis is down: no
-// offline queue, no retries, a short command timeout; ioredis reconnects in the background.
-import { Redis, type Result } from 'ioredis';
+// would be full again. The client fails fast while Redis is down (@strata/common failFastRedis).
+import { closeRedis, type FailFastRedisOptions, failFastRedis, waitRedisReady } from '@strata/common';
+import type { Redis, Result } from 'ioredis';
 import { type Admission, type BucketState, type Limits, type QuotaStore, WINDOW_MS } from './bucket.js';
 
 // Shared by both scripts: the time, and loading / saving one bucket.
@@ -57,12 +57,10 @@ declare module 'ioredis' {
   }
 }
 
-export interface RedisQuotaStoreOptions {
+export interface RedisQuotaStoreOptions extends Omit<FailFastRedisOptions, 'commandTimeoutMs'> {
   url: string;
   /** Per-command timeout in ms. Default 100: a quota check must never hold a request long. */
   commandTimeoutMs?: number;
-  connectTimeoutMs?: number;
-  onConnectionError?: (err: Error) => void;
 }
 
 const keys = (tenant: string) => [`strata:quota:{${tenant}}:req`, `strata:quota:{${tenant}}:tok`] as const;
@@ -71,34 +69,17 @@ export class RedisQuotaStore implements QuotaStore {
   readonly client: Redis;
 
   constructor(options: RedisQuotaStoreOptions) {
-    this.client = new Redis(options.url, {
-      commandTimeout: options.commandTimeoutMs ?? 100,
-      connectTimeout: options.connectTimeoutMs ?? 500,
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      lazyConnect: true,
-      retryStrategy: (times) => Math.min(50 * 2 ** Math.min(times, 10), 1000),
+    this.client = failFastRedis(options.url, {
+      ...options,
+      commandTimeoutMs: options.commandTimeoutMs ?? 100,
     });
-    this.client.on('error', (err: Error) => options.onConnectionError?.(err));
     this.client.defineCommand('strataQuotaAdmit', { numberOfKeys: 2, lua: ADMIT_LUA });
     this.client.defineCommand('strataQuotaCharge', { numberOfKeys: 1, lua: CHARGE_LUA });
-    this.client.connect().catch(() => {});
   }
 
   /** Resolves once connected (or rejects after timeoutMs). */
-  async waitReady(timeoutMs = 2_000): Promise<void> {
-    if (this.client.status === 'ready') return;
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.client.off('ready', ready);
-        reject(new Error(`redis not ready within ${timeoutMs} ms`));
-      }, timeoutMs);
-      const ready = () => {
-        clearTimeout(timer);
-        resolve();
-      };
-      this.client.once('ready', ready);
-    });
+  waitReady(timeoutMs = 2_000): Promise<void> {
+    return waitRedisReady(this.client, timeoutMs);
   }
 
   async admit(tenant: string, limits: Limits): Promise<Admission> {
@@ -138,7 +119,7 @@ export class RedisQuotaStore implements QuotaStore {
     return { limit: tokensPerMinute, remaining, resetMs };
   }
 
-  async close(): Promise<void> {
-    this.client.disconnect();
+  close(): Promise<void> {
+    return closeRedis(this.client);
   }
 }
