@@ -1,7 +1,7 @@
 // A Strata service the harness can kill and bring back on the same port (the routing file names
 // backends by URL), remembering every exit nobody asked for: a crash is a test failure.
 import type { ChildProcess } from 'node:child_process';
-import { spawnService, stopChild, waitForExit } from './process.js';
+import { spawnService, stopChild, waitForExit } from '@strata/common';
 
 export interface ManagedServiceSpec {
   label: string;
@@ -46,7 +46,9 @@ export class ManagedService {
       host: this.spec.host,
       port: this.port,
       env: this.spec.env,
-      ...(this.spec.onLine ? { onLine: this.spec.onLine } : {}),
+      // stderr included; lines nobody asked for are dropped, as stdout's are.
+      onLine: (label, line) => this.spec.onLine?.(label, line),
+      lifeline: true,
     });
     this.child = child;
     this.address = url;

@@ -5,7 +5,7 @@ import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type SpawnedService, spawnService, stopChild } from './process.js';
+import { type SpawnedService, spawnService, stopChild } from '@strata/common';
 
 export const SERVICE_NAMES = [
   'inference-backend',
@@ -80,6 +80,7 @@ function startService(name: ServiceName, port: number, options: StartOptions): P
     port,
     env: { ...(model ? { STRATA_MODEL_DIR: model } : {}), ...options.env },
     onLine: (_label, line) => options.onLine?.(name, line),
+    lifeline: true,
     ...(options.startTimeoutMs !== undefined ? { startTimeoutMs: options.startTimeoutMs } : {}),
   });
 }

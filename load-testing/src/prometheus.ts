@@ -3,8 +3,8 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { stopChild } from '@strata/common';
 import { answers200, freePort, waitUntil } from './ports.js';
-import { stopChild } from './process.js';
 
 const ensureScript = join(dirname(fileURLToPath(import.meta.url)), '..', 'scripts', 'ensure-prometheus.sh');
 

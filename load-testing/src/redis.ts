@@ -1,23 +1,9 @@
 // A private redis-server for one harness, in the foreground so the harness owns it; stop() and
 // start() model a Redis outage and its return on the same port.
 import { type ChildProcess, spawn } from 'node:child_process';
-import { Socket } from 'node:net';
+import { waitForExit } from '@strata/common';
+import { ping } from '@strata/common/testing';
 import { waitUntil } from './ports.js';
-import { waitForExit } from './process.js';
-
-function ping(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = new Socket();
-    const done = (ok: boolean) => {
-      socket.destroy();
-      resolve(ok);
-    };
-    socket.setTimeout(1_000, () => done(false));
-    socket.once('error', () => done(false));
-    socket.connect(port, '127.0.0.1', () => socket.write('PING\r\n'));
-    socket.once('data', (data) => done(data.toString().startsWith('+PONG')));
-  });
-}
 
 export class RedisProcess {
   readonly crashes: string[] = [];
@@ -61,7 +47,7 @@ export class RedisProcess {
     child.once('exit', (code, signal) => {
       if (!this.expectingExit) this.crashes.push(`redis: exit code ${code} signal ${signal}`);
     });
-    await waitUntil(`redis-server on port ${this.port}`, () => ping(this.port), 15_000);
+    await waitUntil(`redis-server on port ${this.port}`, () => ping(this.port, '127.0.0.1', 1_000), 15_000);
   }
 
   /** SIGTERM: Redis shuts down (nothing to save: --save ''). */

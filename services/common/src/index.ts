@@ -12,6 +12,7 @@ export * from './redis.js';
 export * from './run.js';
 export * from './service.js';
 export * from './shutdown.js';
+export * from './spawn.js';
 export * from './stream.js';
 export * from './telemetry.js';
 export * from './watch-file.js';

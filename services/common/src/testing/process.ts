@@ -1,11 +1,11 @@
-// Real service processes for end-to-end tests: the built `dist/main.js` of a service, started on
-// a free port, resolved once its JSON log says where it listens. A failed start never leaves a
-// process behind.
-import { type ChildProcess, spawn } from 'node:child_process';
+// Real service processes for end-to-end tests: the built `dist/main.js` of a service on a free
+// port (@strata/common spawnService), optionally with every JSON log line kept for assertions.
+
+import type { ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
-import { createInterface } from 'node:readline';
+import { spawnService, waitForExit } from '../spawn.js';
 
 export interface ServiceProcess {
   name: string;
@@ -15,8 +15,13 @@ export interface ServiceProcess {
   stop(signal?: NodeJS.Signals): Promise<void>;
 }
 
+export interface LoggedServiceProcess extends ServiceProcess {
+  /** Every JSON line the process printed, in order. */
+  logs: Record<string, unknown>[];
+}
+
 export interface StartServiceOptions {
-  /** Environment on top of this process's; HOST and PORT default to 127.0.0.1 and 0. */
+  /** Environment on top of this process's; LOG_LEVEL defaults to info (the 'listening' line). */
   env?: Record<string, string>;
   /** Every stdout line (JSON logs), e.g. to collect them for assertions. */
   onLine?: (line: string) => void;
@@ -37,40 +42,49 @@ export function testModelDir(name = 'tinystories-656k'): string {
   return dir;
 }
 
-export function startServiceProcess(
+export async function startServiceProcess(
   name: string,
   entry: string,
   options: StartServiceOptions = {},
 ): Promise<ServiceProcess> {
-  const child = spawn(process.execPath, [entry], {
-    env: { ...process.env, HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...options.env },
-    stdio: ['ignore', 'pipe', 'inherit'],
+  const { onLine } = options;
+  const { child, url } = await spawnService({
+    label: name,
+    entry,
+    env: { LOG_LEVEL: 'info', ...options.env },
+    startTimeoutMs: options.startTimeoutMs ?? 30_000,
+    // stdout lines to the caller; stderr to the test's own output.
+    onLine: (_label, line, stream) => {
+      if (stream === 'stdout') onLine?.(line);
+      else process.stderr.write(`${line}\n`);
+    },
   });
   const stop = async (signal: NodeJS.Signals = 'SIGTERM') => {
     if (child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise((resolve) => child.once('exit', resolve));
     child.kill(signal);
-    await exited;
+    await waitForExit(child);
   };
-  const timeoutMs = options.startTimeoutMs ?? 30_000;
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`${name} did not listen within ${timeoutMs} ms`));
-    }, timeoutMs);
-    createInterface({ input: child.stdout as NodeJS.ReadableStream }).on('line', (line) => {
-      options.onLine?.(line);
-      if (!line.includes('"listening"')) return;
-      const address = (JSON.parse(line) as { address?: string }).address;
-      if (!address) return;
-      clearTimeout(timer);
-      resolve({ name, url: address, child, stop });
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`${name} exited with ${code} before listening`));
-    });
+  return { name, url, child, stop };
+}
+
+/** startServiceProcess, keeping every JSON line the process prints in `logs`. */
+export async function startLoggedServiceProcess(
+  name: string,
+  entry: string,
+  options: Omit<StartServiceOptions, 'onLine'> = {},
+): Promise<LoggedServiceProcess> {
+  const logs: Record<string, unknown>[] = [];
+  const service = await startServiceProcess(name, entry, {
+    ...options,
+    onLine: (line) => {
+      try {
+        logs.push(JSON.parse(line) as Record<string, unknown>);
+      } catch {
+        // not a JSON log line
+      }
+    },
   });
+  return { ...service, logs };
 }
 
 /** Waits until GET /health/ready answers 200. */

@@ -4,7 +4,7 @@
 import {
   type ServiceProcess,
   serviceEntry,
-  startServiceProcess,
+  startLoggedServiceProcess,
   testModelDir,
   waitReady,
 } from '@strata/common/testing';
@@ -14,18 +14,8 @@ export class Stack {
   private readonly processes: ServiceProcess[] = [];
 
   async start(name: string, pkg: string, env: Record<string, string>): Promise<ServiceProcess> {
-    const lines: Record<string, unknown>[] = [];
-    this.logs.set(name, lines);
-    const proc = await startServiceProcess(name, serviceEntry(pkg, import.meta.url), {
-      env,
-      onLine: (line) => {
-        try {
-          lines.push(JSON.parse(line) as Record<string, unknown>);
-        } catch {
-          // not a log line
-        }
-      },
-    });
+    const proc = await startLoggedServiceProcess(name, serviceEntry(pkg, import.meta.url), { env });
+    this.logs.set(name, proc.logs);
     this.processes.push(proc);
     return proc;
   }

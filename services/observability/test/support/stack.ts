@@ -1,10 +1,13 @@
 // Real service processes for the stack tests: backends, router, edge and sidecars from their
 // built dist/main.js on free ports, every JSON log line kept for assertions.
-import { type ServiceProcess, serviceEntry, startServiceProcess, testModelDir } from '@strata/common/testing';
+import {
+  type LoggedServiceProcess,
+  serviceEntry,
+  startLoggedServiceProcess,
+  testModelDir,
+} from '@strata/common/testing';
 
-export interface LoggedService extends ServiceProcess {
-  /** Parsed JSON log lines, in order. */
-  logs: Record<string, unknown>[];
+export interface LoggedService extends LoggedServiceProcess {
   /** host:port, for scrape targets. */
   hostPort: string;
 }
@@ -20,23 +23,12 @@ export async function startLogged(
   entry: keyof typeof ENTRIES | 'sidecar',
   env: Record<string, string>,
 ): Promise<LoggedService> {
-  const logs: Record<string, unknown>[] = [];
   const path =
     entry === 'sidecar'
       ? new URL('../../dist/main.js', import.meta.url).pathname
       : serviceEntry(ENTRIES[entry], import.meta.url);
-  const service = await startServiceProcess(name, path, {
-    env,
-    startTimeoutMs: 120_000,
-    onLine: (line) => {
-      try {
-        logs.push(JSON.parse(line) as Record<string, unknown>);
-      } catch {
-        // not a JSON line
-      }
-    },
-  });
-  return { ...service, logs, hostPort: new URL(service.url).host };
+  const service = await startLoggedServiceProcess(name, path, { env, startTimeoutMs: 120_000 });
+  return { ...service, hostPort: new URL(service.url).host };
 }
 
 /** The small test model's directory, from STRATA_MODELS_DIR. */

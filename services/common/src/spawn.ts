@@ -1,5 +1,6 @@
-// Child processes for the launcher and the harness: spawn a Strata service (a Node entry point)
-// and resolve once its "listening" log line names its address; stop with SIGTERM then SIGKILL.
+// Service processes for the local launcher, the load harness and end-to-end tests: spawn a
+// Strata service's entry point, resolve once its "listening" log line names its address, stop
+// with SIGTERM (the service drains) and SIGKILL after a grace period.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 
@@ -8,12 +9,20 @@ export interface SpawnServiceOptions {
   label: string;
   /** The service's main.js. */
   entry: string;
-  host: string;
-  /** 0 picks a free port. */
-  port: number;
+  /** Default 127.0.0.1. */
+  host?: string;
+  /** Default 0: a free port. */
+  port?: number;
   env?: NodeJS.ProcessEnv;
-  onLine?: (label: string, line: string) => void;
+  /** Every stdout and stderr line; without it stderr goes to this process's stderr. */
+  onLine?: (label: string, line: string, stream: 'stdout' | 'stderr') => void;
+  /** Default 60 s. */
   startTimeoutMs?: number;
+  /**
+   * Keep a stdin pipe open as a lifeline: when the parent dies, even by SIGKILL, it closes and
+   * the service shuts down (STRATA_EXIT_WITH_STDIN) instead of running on as an orphan.
+   */
+  lifeline?: boolean;
 }
 
 export interface SpawnedService {
@@ -42,23 +51,21 @@ export function spawnService(options: SpawnServiceOptions): Promise<SpawnedServi
     env: {
       ...process.env,
       ...options.env,
-      HOST: options.host,
-      PORT: String(options.port),
-      // The stdin pipe is a lifeline: when this launcher dies, even by SIGKILL, it closes and
-      // the service shuts down instead of running on as an orphan.
-      STRATA_EXIT_WITH_STDIN: '1',
+      HOST: options.host ?? '127.0.0.1',
+      PORT: String(options.port ?? 0),
+      ...(options.lifeline ? { STRATA_EXIT_WITH_STDIN: '1' } : {}),
     },
-    stdio: ['pipe', 'pipe', 'pipe'],
+    stdio: [options.lifeline ? 'pipe' : 'ignore', 'pipe', 'pipe'],
   });
   const timeoutMs = options.startTimeoutMs ?? 60_000;
   return new Promise((resolve, reject) => {
     const stderr: string[] = [];
     const timer = setTimeout(() => {
-      child.kill('SIGKILL');
+      child.kill('SIGKILL'); // never leave a process behind a failed start
       reject(new Error(`${label} did not start listening within ${timeoutMs} ms`));
     }, timeoutMs);
     createInterface({ input: child.stdout as NodeJS.ReadableStream }).on('line', (line) => {
-      onLine?.(label, line);
+      onLine?.(label, line, 'stdout');
       try {
         const record = JSON.parse(line) as { msg?: string; address?: string };
         if (record.msg === 'listening' && record.address) {
@@ -72,7 +79,8 @@ export function spawnService(options: SpawnServiceOptions): Promise<SpawnedServi
     createInterface({ input: child.stderr as NodeJS.ReadableStream }).on('line', (line) => {
       // The last lines are enough to say why a start failed.
       if (stderr.push(line) > 40) stderr.shift();
-      onLine?.(label, line);
+      if (onLine) onLine(label, line, 'stderr');
+      else process.stderr.write(`${line}\n`);
     });
     child.once('exit', (code, signal) => {
       clearTimeout(timer);
