@@ -1,43 +1,22 @@
 // The forwarding hops' SERVER span: exported over OTLP/HTTP to a real receiver, child of the
 // caller's traceparent, and the traceparent the service passes on names that span.
 import { randomBytes } from 'node:crypto';
-import { createServer, type IncomingMessage } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../src/logger.js';
 import { createMetrics } from '../src/metrics.js';
 import { createServiceApp } from '../src/service.js';
 import { startTelemetry, type Telemetry } from '../src/telemetry.js';
+import { type OtlpReceiver, startOtlpReceiver } from '../src/testing/otlp.js';
 
-interface OtlpSpan {
-  name: string;
-  kind: number;
-  traceId: string;
-  spanId: string;
-  parentSpanId?: string;
-  attributes: { key: string; value: Record<string, unknown> }[];
-}
-
-const bodies: string[] = [];
-const collector = createServer((req: IncomingMessage, res) => {
-  let body = '';
-  req.on('data', (chunk: Buffer) => {
-    body += chunk.toString('utf8');
-  });
-  req.on('end', () => {
-    if (req.url === '/v1/traces') bodies.push(body);
-    res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
-  });
-});
+let receiver: OtlpReceiver;
 let telemetry: Telemetry;
 
 beforeAll(async () => {
-  await new Promise<void>((resolve) => collector.listen(0, '127.0.0.1', resolve));
-  const { port } = collector.address() as AddressInfo;
-  telemetry = startTelemetry({ serviceName: 'edge-gateway', endpoint: `http://127.0.0.1:${port}` });
+  receiver = await startOtlpReceiver();
+  telemetry = startTelemetry({ serviceName: 'edge-gateway', endpoint: receiver.url });
 });
-afterAll(() => {
-  collector.close();
+afterAll(async () => {
+  await receiver.close();
 });
 
 function app(mode: 'continue' | 'originate') {
@@ -77,11 +56,7 @@ describe('request spans', () => {
     expect(fresh).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
 
     await telemetry.shutdown(); // flushes the batch
-    const spans: OtlpSpan[] = bodies.flatMap((b) =>
-      (JSON.parse(b) as { resourceSpans: { scopeSpans: { spans: OtlpSpan[] }[] }[] }).resourceSpans.flatMap(
-        (r) => r.scopeSpans.flatMap((s) => s.spans),
-      ),
-    );
+    const spans = receiver.spans();
     const child = spans.find((s) => s.traceId === traceId);
     expect(child).toMatchObject({ name: 'POST /v1/generate', kind: 2, spanId, parentSpanId: parentId });
     expect(child?.attributes.find((a) => a.key === 'strata.request_id')?.value).toEqual({

@@ -1,41 +1,16 @@
-// A span per request, exported over OTLP/HTTP to a real receiver (a node http server), child
+// A span per request, exported over OTLP/HTTP to a real receiver (@strata/common/testing), child
 // of the traceparent the request came with, carrying the engine's moments as events.
 import { randomBytes } from 'node:crypto';
-import { createServer, type IncomingMessage } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { startTelemetry } from '@strata/common';
+import { startOtlpReceiver } from '@strata/common/testing';
 import { describe, expect, it } from 'vitest';
 import { json } from './support/backend.js';
 import { startObservedBackend } from './support/observed-backend.js';
 
-interface OtlpSpan {
-  name: string;
-  traceId: string;
-  spanId: string;
-  parentSpanId?: string;
-  attributes: { key: string; value: Record<string, unknown> }[];
-  events: { name: string }[];
-}
-
 describe('tracing', () => {
   it('exports a span per request, child of the incoming traceparent, with queue/first token events', async () => {
-    const bodies: string[] = [];
-    const collector = createServer((req: IncomingMessage, res) => {
-      let body = '';
-      req.on('data', (chunk: Buffer) => {
-        body += chunk.toString('utf8');
-      });
-      req.on('end', () => {
-        if (req.url === '/v1/traces') bodies.push(body);
-        res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
-      });
-    });
-    await new Promise<void>((resolve) => collector.listen(0, '127.0.0.1', resolve));
-    const { port } = collector.address() as AddressInfo;
-    const telemetry = startTelemetry({
-      serviceName: 'inference-backend',
-      endpoint: `http://127.0.0.1:${port}`,
-    });
+    const receiver = await startOtlpReceiver();
+    const telemetry = startTelemetry({ serviceName: 'inference-backend', endpoint: receiver.url });
     const backend = await startObservedBackend();
     try {
       await backend.start();
@@ -54,11 +29,7 @@ describe('tracing', () => {
       const out = await json(res);
       await telemetry.shutdown(); // flushes the batch
 
-      const spans: OtlpSpan[] = bodies.flatMap((b) =>
-        (JSON.parse(b) as { resourceSpans: { scopeSpans: { spans: OtlpSpan[] }[] }[] }).resourceSpans.flatMap(
-          (r) => r.scopeSpans.flatMap((s) => s.spans),
-        ),
-      );
+      const spans = receiver.spans();
       const span = spans.find((s) => s.name === 'inference.request');
       expect(span).toBeDefined();
       expect(span?.traceId).toBe(traceId);
@@ -74,7 +45,7 @@ describe('tracing', () => {
       });
     } finally {
       await backend.close();
-      collector.close();
+      await receiver.close();
     }
   });
 });
