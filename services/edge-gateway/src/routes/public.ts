@@ -190,19 +190,16 @@ async function relay(
       reply,
     );
     options.metrics.requests.inc({ endpoint, outcome: result.outcome });
+    const tokens = tap.tokens(); // once: a JSON answer's usage is parsed here
     request.log.info(
-      {
-        tenant: request.tenant.name,
-        outcome: result.outcome,
-        status: result.status ?? null,
-        tokens: tap.tokens(),
-      },
+      { tenant: request.tenant.name, outcome: result.outcome, status: result.status ?? null, tokens },
       'request forwarded',
     );
+    void options.quotas.charge(request.tenant, tokens);
   } catch (err) {
     options.metrics.requests.inc({ endpoint, outcome: 'upstream_error' });
-    throw err;
-  } finally {
+    // What streamed before the failure still counts.
     void options.quotas.charge(request.tenant, tap.tokens());
+    throw err;
   }
 }
