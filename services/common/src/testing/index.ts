@@ -1,3 +1,4 @@
+export * from './load.js';
 export * from './otlp.js';
 export * from './process.js';
 export * from './random.js';

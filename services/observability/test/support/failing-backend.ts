@@ -4,6 +4,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { LoadReport } from '@strata/common';
+import { idleLoadReport } from '@strata/common/testing';
 
 export async function startFailingBackend(model: string): Promise<{ url: string; server: Server }> {
   const server = createServer((req, res) => {
@@ -15,17 +16,7 @@ export async function startFailingBackend(model: string): Promise<{ url: string;
       return json(200, { ready: true, draining: false, checks: {} });
     if (req.method === 'GET' && req.url === '/health/live') return json(200, { status: 'ok' });
     if (req.method === 'GET' && req.url === '/load') {
-      const load: LoadReport = {
-        model,
-        ready: true,
-        running: 0,
-        waiting: 0,
-        live_requests: 0,
-        kv_usage: 0,
-        kv_blocks_free: 1000,
-        kv_blocks_total: 1000,
-        timestamp_ms: Date.now(),
-      };
+      const load: LoadReport = { ...idleLoadReport(model), timestamp_ms: Date.now() };
       return json(200, load);
     }
     req.resume();

@@ -4,21 +4,13 @@ import { once } from 'node:events';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { LoadReport } from '@strata/common';
+import { idleLoadReport } from '@strata/common/testing';
 
 export class FakeBackend {
   readyStatus = 200;
   /** 'ok': answer; 'hang': never answer /load; 'garbage': invalid JSON. */
   loadMode: 'ok' | 'hang' | 'garbage' = 'ok';
-  load: Omit<LoadReport, 'timestamp_ms'> = {
-    model: 'test-model',
-    ready: true,
-    running: 0,
-    waiting: 0,
-    live_requests: 0,
-    kv_usage: 0,
-    kv_blocks_free: 1000,
-    kv_blocks_total: 1000,
-  };
+  load: Omit<LoadReport, 'timestamp_ms'> = idleLoadReport('test-model');
   readonly hits = { ready: 0, load: 0 };
   private server: http.Server;
   private port = 0;
