@@ -1,6 +1,8 @@
 // The base every Strata service is built on: a Fastify 5 app with request ids, structured
 // request logs, catalogue errors, /health/live, /health/ready and /metrics. Services register
 // their own routes on top as plugins.
+
+import type { Socket } from 'node:net';
 import Fastify, {
   type FastifyBaseLogger,
   type FastifyError,
@@ -97,6 +99,35 @@ export function toStrataError(err: FastifyError): StrataError {
   return new StrataError('STRATA_INTERNAL');
 }
 
+// A connection that has not sent a byte carries no request, yet Node counts it as busy until its
+// headers timeout (a minute), so it would hold app.close(), and with it a drain, that long.
+// Clients that connect ahead of need (undici pools after a cancelled stream, proxies that
+// preconnect) leave such connections. Once closing starts, those silent for this long are cut.
+const UNUSED_CONNECTION_GRACE_MS = 500;
+
+function closeUnusedConnections(app: FastifyInstance): void {
+  const server = app.server;
+  const accepted = new Map<Socket, number>();
+  server.on('connection', (socket: Socket) => {
+    accepted.set(socket, performance.now());
+    socket.once('close', () => accepted.delete(socket));
+  });
+  // Starts with the listener's close (Fastify calls it at once on app.close(); a hook would
+  // delay it by a tick and let connections in meanwhile).
+  const close = server.close.bind(server);
+  server.close = (callback?: (err?: Error) => void) => {
+    const sweep = setInterval(() => {
+      const now = performance.now();
+      for (const [socket, at] of accepted) {
+        if (socket.bytesRead === 0 && now - at >= UNUSED_CONNECTION_GRACE_MS) socket.destroy();
+      }
+    }, 100);
+    sweep.unref();
+    server.once('close', () => clearInterval(sweep));
+    return close(callback);
+  };
+}
+
 export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
   const readiness = options.readiness ?? new Readiness();
   const app = Fastify({
@@ -110,6 +141,7 @@ export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
   });
   app.decorate('readiness', readiness);
   app.decorate('metrics', options.metrics);
+  closeUnusedConnections(app);
 
   // Before the hook below, which logs the trace id the request will carry onwards.
   if (options.traceRequests) {

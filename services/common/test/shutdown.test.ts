@@ -1,5 +1,5 @@
 import { request } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, connect, type Socket } from 'node:net';
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { createLogger } from '../src/logger.js';
@@ -105,5 +105,26 @@ describe('graceful shutdown', () => {
     expect(elapsed).toBeLessThan(5_000);
     await expect(inFlight).rejects.toThrow(/socket hang up|ECONNRESET/);
     s.release();
+  });
+
+  it('drains without waiting for connections that never sent a request', async () => {
+    const s = await slowServer();
+    // Connected ahead of need and silent: Node alone would count this as busy for a minute.
+    const silentClient = await new Promise<Socket>((resolve) => {
+      const socket = connect(s.port, '127.0.0.1', () => resolve(socket));
+    });
+    const clientClosed = new Promise<void>((resolve) => silentClient.once('close', () => resolve()));
+    const inFlight = get(s.port, '/slow');
+    await s.inside;
+    const done = createShutdown({
+      app: s.app,
+      readiness: s.readiness,
+      logger: s.logger,
+      drainTimeoutMs: 10_000,
+    })('SIGTERM');
+    await clientClosed; // cut after the grace period
+    s.release(); // the request in flight is not cut: it finishes
+    await expect(inFlight).resolves.toEqual({ status: 200, body: '{"done":true}' });
+    await expect(done).resolves.toBe('drained');
   });
 });
