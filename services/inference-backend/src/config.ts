@@ -13,7 +13,7 @@ export const configSchema = baseServiceSchema.extend({
     .object({
       /** Model backend: cpu (every machine) or cuda (NVIDIA GPUs; see docs/engine.md for its state). */
       backend: z.enum(['cpu', 'cuda']).default('cpu'),
-      /** Compute threads; 0 = every core. */
+      /** CPU engine compute threads; 0 = every CPU the process may use (cgroup limit included) but one, at least 1. */
       threads: nonNegativeInt(0),
       /** KV pool in blocks; 0 = from kvCacheBytes, else kvMemoryFraction of available memory. */
       numBlocks: nonNegativeInt(0),

@@ -10,6 +10,7 @@ import { type TextEvent, TextGenerator } from '../engine/text-generation.js';
 import { ChatTemplate } from '../model/chat-template.js';
 import { loadModelFiles, type ModelFiles } from '../model/model-files.js';
 import { Tokenizer } from '../model/tokenizer.js';
+import { defaultEngineThreads } from './cpu-budget.js';
 
 export interface ExecuteRequest {
   prompt: string | readonly number[];
@@ -99,7 +100,7 @@ export class InferenceRuntime {
     const engine = await Engine.load({
       modelDir: config.modelDir,
       backend: e.backend,
-      threads: e.threads,
+      threads: e.threads || defaultEngineThreads(),
       numBlocks: e.numBlocks,
       kvCacheBytes: e.kvCacheBytes,
       kvMemoryFraction: e.kvMemoryFraction,
