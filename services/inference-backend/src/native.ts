@@ -112,6 +112,8 @@ export interface NativeStep {
   scheduledIds: Float64Array;
   /** How long before this call the step was scheduled, in ms (0 when scheduledIds is empty). */
   scheduledAgeMs: number;
+  /** How long before this call the step's tokens were sampled, in ms (0 when tokens is empty). */
+  outputAgeMs: number;
   /** Set when the step failed: the loop has stopped and every live request is lost. */
   fatal?: Error & { code: string };
 }
@@ -173,13 +175,20 @@ export interface NativeEngine {
   info(): NativeEngineInfo;
   /** Stops the loop; requests still live are dropped without a final event. */
   close(): Promise<void>;
+  /** Lets the next onSteps call come: steps that arrived meanwhile, or the next one. */
+  resumeSteps(): void;
 }
 
 export interface NativeAddon {
   buildInfo(): NativeBuildInfo;
   cudaInfo(): CudaInfo;
-  /** Loads the model off the JS thread; onStep then runs once per engine step with output. */
-  loadEngine(options: NativeLoadOptions, onStep: (step: NativeStep) => void): Promise<NativeEngine>;
+  /**
+   * Loads the model off the JS thread. onSteps then gets, in order, every engine step with output
+   * that accumulated since its last call: one step while the event loop keeps up, several when it
+   * is busy (at most 64 wait before the engine pauses for JS). After each call, nothing more is
+   * delivered until the engine's resumeSteps() is called, from a later event-loop turn.
+   */
+  loadEngine(options: NativeLoadOptions, onSteps: (steps: NativeStep[]) => void): Promise<NativeEngine>;
 }
 
 const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..');

@@ -237,11 +237,13 @@ Napi::Object step_to_js(Napi::Env env, const StepOutput& out) {
   }
   auto scheduled_ids = Napi::Float64Array::New(env, out.scheduled.size());
   for (size_t i = 0; i < out.scheduled.size(); ++i) scheduled_ids[i] = static_cast<double>(out.scheduled[i]);
-  // Age on this (JS) thread, so JS places the moment on its own clock: performance.now() - age.
-  const double scheduled_age_ms =
-      out.scheduled.empty()
-          ? 0.0
-          : std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - out.scheduled_at).count();
+  // Ages on this (JS) thread, so JS places the moments on its own clock: performance.now() - age.
+  const auto now = std::chrono::steady_clock::now();
+  const auto age_ms = [&](std::chrono::steady_clock::time_point at) {
+    return std::chrono::duration<double, std::milli>(now - at).count();
+  };
+  const double scheduled_age_ms = out.scheduled.empty() ? 0.0 : age_ms(out.scheduled_at);
+  const double output_age_ms = out.tokens.empty() ? 0.0 : age_ms(out.output_at);
   Napi::Object o = Napi::Object::New(env);
   o.Set("ids", ids);
   o.Set("tokens", tokens);
@@ -255,14 +257,34 @@ Napi::Object step_to_js(Napi::Env env, const StepOutput& out) {
   o.Set("abortedReasons", aborted_reasons);
   o.Set("scheduledIds", scheduled_ids);
   o.Set("scheduledAgeMs", Napi::Number::New(env, scheduled_age_ms));
+  o.Set("outputAgeMs", Napi::Number::New(env, output_age_ms));
   return o;
 }
 
-// What the loop hands to JS: a step's output, or the error that stopped the loop.
-struct StepMessage {
-  StepOutput output;
-  CapturedError fatal;
-};
+// Undelivered steps the loop may run ahead of JS; past this it waits, so a stalled event loop
+// slows the engine and never loses tokens.
+constexpr size_t kMaxUndeliveredSteps = 64;
+
+// Runs on the JS thread: hands every step that accumulated to onSteps in one call. The mailbox
+// stays marked scheduled until JS calls resumeSteps().
+void DeliverSteps(Napi::Env env, Napi::Function fn, std::shared_ptr<StepMailbox>* ref) {
+  std::unique_ptr<std::shared_ptr<StepMailbox>> owned(ref);
+  StepMailbox& box = **owned;
+  std::vector<StepMessage> steps;
+  {
+    std::lock_guard lock(box.mu);
+    steps.swap(box.steps);
+  }
+  box.space.notify_all();
+  if (env == nullptr || steps.empty()) return;  // released while this call waited
+  Napi::Array batch = Napi::Array::New(env, steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    Napi::Object step = step_to_js(env, steps[i].output);
+    if (!steps[i].fatal.code.empty()) step.Set("fatal", to_js_error(env, steps[i].fatal).Value());
+    batch[i] = step;
+  }
+  fn.Call({batch});
+}
 
 }  // namespace
 
@@ -274,6 +296,7 @@ Napi::Function EngineBinding::Define(Napi::Env env) {
                                        InstanceMethod<&EngineBinding::Stats>("stats"),
                                        InstanceMethod<&EngineBinding::Info>("info"),
                                        InstanceMethod<&EngineBinding::Close>("close"),
+                                       InstanceMethod<&EngineBinding::ResumeSteps>("resumeSteps"),
                                    });
   g_constructor = new Napi::FunctionReference(Napi::Persistent(cls));
   return cls;
@@ -282,7 +305,7 @@ Napi::Function EngineBinding::Define(Napi::Env env) {
 Napi::Value EngineBinding::Load(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsObject() || !info[1].IsFunction()) {
-    throw_js_error(env, "STRATA_INVALID_CONFIG", "loadEngine(options, onStep): options object and function required");
+    throw_js_error(env, "STRATA_INVALID_CONFIG", "loadEngine(options, onSteps): options object and function required");
   }
   auto* worker = new LoadWorker(env, parse_load_options(info[0].As<Napi::Object>()), info[1].As<Napi::Function>());
   Napi::Promise promise = worker->Promise();
@@ -301,40 +324,71 @@ EngineBinding::~EngineBinding() {
 
 void EngineBinding::Adopt(std::unique_ptr<LoadedEngine> loaded, Napi::Function on_step) {
   loaded_ = std::move(loaded);
-  on_step_ = Napi::ThreadSafeFunction::New(Env(), on_step, "strata-engine-step", /*max queue*/ 64, 1);
+  on_step_ = Napi::ThreadSafeFunction::New(Env(), on_step, "strata-engine-step", /*max queue*/ 0, 1);
   Ref();
   loop_ = std::thread([this] { Loop(); });
 }
 
 void EngineBinding::Loop() {
   Engine& engine = *loaded_->engine;
-  auto deliver = [](Napi::Env env, Napi::Function fn, StepMessage* msg) {
-    std::unique_ptr<StepMessage> owned(msg);
-    if (env == nullptr) return;  // the function was released while this call waited
-    Napi::Object arg = step_to_js(env, owned->output);
-    if (!owned->fatal.code.empty()) arg.Set("fatal", to_js_error(env, owned->fatal).Value());
-    fn.Call({arg});
-  };
   while (!stopping_.load()) {
     if (!engine.wait_for_work(std::chrono::milliseconds(100))) continue;
-    auto msg = std::make_unique<StepMessage>();
+    StepMessage msg;
     try {
-      msg->output = engine.step();
+      msg.output = engine.step();
     } catch (...) {
-      msg->fatal = capture_current_error();
+      msg.fatal = capture_current_error();
     }
-    const bool fatal = !msg->fatal.code.empty();
-    if (fatal || !msg->output.tokens.empty() || !msg->output.aborted.empty() || !msg->output.scheduled.empty()) {
-      // Blocks while 64 steps wait for JS: a slow event loop slows the engine, never loses tokens.
-      if (on_step_.BlockingCall(msg.get(), deliver) == napi_ok) msg.release();
+    const bool fatal = !msg.fatal.code.empty();
+    const StepOutput& out = msg.output;
+    if (fatal || !out.tokens.empty() || !out.aborted.empty() || !out.scheduled.empty()) {
+      if (!Post(std::move(msg))) break;
     }
     if (fatal) break;
   }
 }
 
+bool EngineBinding::Post(StepMessage message) {
+  StepMailbox& box = *mailbox_;
+  std::unique_lock lock(box.mu);
+  box.space.wait(lock, [&] { return box.steps.size() < kMaxUndeliveredSteps || stopping_.load(); });
+  if (stopping_.load()) return false;
+  box.steps.push_back(std::move(message));
+  if (box.delivery_scheduled) return true;  // the scheduled or next delivery takes this step too
+  box.delivery_scheduled = true;
+  lock.unlock();
+  return ScheduleDelivery();
+}
+
+bool EngineBinding::ScheduleDelivery() {
+  auto* ref = new std::shared_ptr<StepMailbox>(mailbox_);
+  if (on_step_.NonBlockingCall(ref, DeliverSteps) != napi_ok) {
+    delete ref;  // closing: nothing will read the mailbox again
+    return false;
+  }
+  return true;
+}
+
+Napi::Value EngineBinding::ResumeSteps(const Napi::CallbackInfo& info) {
+  if (closed_) return info.Env().Undefined();
+  {
+    std::lock_guard lock(mailbox_->mu);
+    if (mailbox_->steps.empty()) {
+      mailbox_->delivery_scheduled = false;  // the loop's next Post() schedules
+      return info.Env().Undefined();
+    }
+  }
+  ScheduleDelivery();
+  return info.Env().Undefined();
+}
+
 void EngineBinding::StopLoop() {
   stopping_.store(true);
   if (loaded_) loaded_->engine->wake();
+  {
+    std::lock_guard lock(mailbox_->mu);  // a Post() waiting for space sees stopping_
+  }
+  mailbox_->space.notify_all();
 }
 
 Napi::Value EngineBinding::Submit(const Napi::CallbackInfo& info) {

@@ -4,10 +4,14 @@
 #include <napi.h>
 
 #include <atomic>
-#include <string>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "js_errors.h"
 #include "strata/engine.h"
 #include "strata/model_backend.h"
 
@@ -24,10 +28,31 @@ struct LoadedEngine {
   int64_t kv_bytes_per_block = 0;
 };
 
+// What the loop hands to JS: a step's output, or the error that stopped the loop.
+struct StepMessage {
+  StepOutput output;
+  CapturedError fatal;
+};
+
+// Steps on their way from the loop thread to JS. The loop appends; one delivery at a time is
+// scheduled on the JS thread and takes everything that accumulated, so a busy event loop gets
+// several steps in one call (one socket write per stream instead of one per token) instead of
+// falling further behind. The next delivery is scheduled only when JS asks for it
+// (resumeSteps(), from a later event-loop turn): deliveries queued back to back would run in one
+// uv callback and starve timers and incoming I/O. Shared with queued deliveries, which may
+// outlive the JS object.
+struct StepMailbox {
+  std::mutex mu;
+  std::condition_variable space;  // signalled when a delivery took the steps
+  std::vector<StepMessage> steps;
+  // A delivery is queued or JS has not yet asked for the next one: Post() only appends.
+  bool delivery_scheduled = false;
+};
+
 class EngineBinding : public Napi::ObjectWrap<EngineBinding> {
  public:
   static Napi::Function Define(Napi::Env env);
-  // loadEngine(options, onStep) -> Promise<NativeEngine>
+  // loadEngine(options, onSteps) -> Promise<NativeEngine>
   static Napi::Value Load(const Napi::CallbackInfo& info);
 
   explicit EngineBinding(const Napi::CallbackInfo& info);
@@ -42,12 +67,19 @@ class EngineBinding : public Napi::ObjectWrap<EngineBinding> {
   Napi::Value Stats(const Napi::CallbackInfo& info);
   Napi::Value Info(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
+  Napi::Value ResumeSteps(const Napi::CallbackInfo& info);
 
   void Loop();
   void StopLoop();
 
+  // Queues a step for JS; false when the loop is stopping.
+  bool Post(StepMessage message);
+  // Queues a delivery of the mailbox on the JS thread; false when the function is closing.
+  bool ScheduleDelivery();
+
   std::unique_ptr<LoadedEngine> loaded_;
   Napi::ThreadSafeFunction on_step_;
+  std::shared_ptr<StepMailbox> mailbox_ = std::make_shared<StepMailbox>();
   std::thread loop_;
   std::atomic<bool> stopping_{false};
   bool closed_ = false;

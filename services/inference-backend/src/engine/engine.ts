@@ -30,6 +30,8 @@ export interface TopLogprob {
 export interface GeneratedToken {
   /** Absent on a final event that carries no token (abort, timeout). */
   token?: number;
+  /** When the engine sampled the token, on performance.now()'s clock (set with `token`). */
+  sampledAt?: number;
   logprob?: number;
   topLogprobs?: TopLogprob[];
   /** Set on the request's last event. */
@@ -80,7 +82,15 @@ export class Engine {
   static async load(options: EngineOptions, addon: NativeAddon = loadNativeAddon()): Promise<Engine> {
     let engine: Engine | undefined;
     const native = await addon
-      .loadEngine(options, (step) => engine?.dispatch(step))
+      .loadEngine(options, (steps) => {
+        // A delivery always follows a submit, so `engine` is set by the time one arrives.
+        try {
+          for (const step of steps) engine?.dispatch(step);
+        } finally {
+          // The next delivery waits for the next event-loop turn: timers and sockets run between.
+          setImmediate(() => engine?.native.resumeSteps());
+        }
+      })
       .catch((err: unknown) => {
         throw asEngineError(err);
       });
@@ -159,11 +169,12 @@ export class Engine {
         callback?.(at);
       }
     }
+    const sampledAt = performance.now() - step.outputAgeMs;
     for (let i = 0; i < step.ids.length; i++) {
       const id = step.ids[i] as number;
       const stream = this.streams.get(id);
       if (!stream) continue; // cancelled by its consumer
-      const event: GeneratedToken = { token: step.tokens[i] as number };
+      const event: GeneratedToken = { token: step.tokens[i] as number, sampledAt };
       const logprob = step.logprobs[i] as number;
       if (!Number.isNaN(logprob)) {
         event.logprob = logprob;

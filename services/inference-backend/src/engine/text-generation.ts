@@ -30,6 +30,8 @@ export interface TextToken {
   /** Position in the output, from 0. */
   index: number;
   text: string;
+  /** When the engine sampled the token, on performance.now()'s clock. */
+  sampledAt: number;
   logprob?: number;
   topLogprobs?: TopLogprob[];
 }
@@ -105,7 +107,13 @@ export class TextGenerator {
       for await (const event of tokens) {
         if (event.token !== undefined) {
           const { text, stop: matched } = stops.push(detok.push([event.token]));
-          const out: TextToken = { type: 'token', id: event.token, index: index++, text };
+          const out: TextToken = {
+            type: 'token',
+            id: event.token,
+            index: index++,
+            text,
+            sampledAt: event.sampledAt ?? performance.now(),
+          };
           if (event.logprob !== undefined) out.logprob = event.logprob;
           if (event.topLogprobs) out.topLogprobs = event.topLogprobs;
           yield out;

@@ -37,8 +37,15 @@ export interface RequestRecord {
   ttft: number | undefined;
   /** Arrival to the end. */
   e2e: number;
-  /** Gaps between consecutive output tokens. */
+  /** The arrival itself, on performance.now()'s clock in ms. */
+  arrivedAt: number;
+  /** Gaps between consecutive output tokens, as this process handed them on. */
   interTokenLatencies: number[];
+  /**
+   * When the engine sampled each output token, on performance.now()'s clock in ms: the engine's
+   * own timing, before detokenization and delivery (benchmarks compare it with the client's).
+   */
+  sampledAt: number[];
   /** Arrival to the engine's first schedule of the request; undefined when never scheduled. */
   queueTime: number | undefined;
   /** First scheduled to first output token (prompt processing); undefined without both. */
@@ -245,7 +252,9 @@ export class InferenceRuntime {
       finishReason: 'error',
       ttft: undefined,
       e2e: 0,
+      arrivedAt: moments.arrival,
       interTokenLatencies: [],
+      sampledAt: [],
       queueTime: undefined,
       prefillTime: undefined,
       decodeTime: undefined,
@@ -263,6 +272,7 @@ export class InferenceRuntime {
             record.interTokenLatencies.push(ms(moments.lastToken, now));
           }
           moments.lastToken = now;
+          record.sampledAt.push(event.sampledAt);
         } else {
           record.promptTokens = event.usage.inputTokens;
           record.outputTokens = event.usage.outputTokens;

@@ -133,6 +133,7 @@ StepOutput Engine::step() {
     backend_.forward(step.batch, logits_.data());
     scheduler_.on_forward_done();
     postprocess(step, out);
+    if (!out.tokens.empty()) out.output_at = std::chrono::steady_clock::now();
   }
   ++counters_.num_steps;
   publish(out);

@@ -65,6 +65,9 @@ struct StepOutput {
   // again), and when this step's schedule() returned: queue time ends there.
   std::vector<uint64_t> scheduled;
   std::chrono::steady_clock::time_point scheduled_at{};
+  // When this step's tokens were sampled (set when `tokens` is not empty): the engine's own
+  // moment for each token, before any delivery to a client.
+  std::chrono::steady_clock::time_point output_at{};
 };
 
 struct EngineStats {
