@@ -100,6 +100,21 @@ describe('Tokenizer on the converted Llama 2 vocabulary (byte fallback)', () => 
     expect(tok.piece(3 + 0xe2)).toBe('<0xE2>');
   });
 
+  it('decodes one- and two-id windows (memoized) exactly as the binding does, cached or not', async () => {
+    const hf = tokenizers.Tokenizer.fromFile(
+      path.join(await convertedLlama2Tokenizer(dirs), 'tokenizer.json'),
+    );
+    const rand = seededRandom(11);
+    // Half of the ids are byte pieces, so byte runs and invalid UTF-8 are in the mix.
+    const id = () => (rand() < 0.5 ? 3 + Math.floor(rand() * 256) : Math.floor(rand() * 32000));
+    const windows = Array.from({ length: 400 }, () => (rand() < 0.3 ? [id()] : [id(), id()]));
+    for (const ids of [...windows, ...windows]) {
+      expect(tok.decode(ids, { skipSpecialTokens: false }), `ids ${ids}`).toBe(await hf.decode(ids, false));
+    }
+    expect(tok.decode([32000], { skipSpecialTokens: false })).toBe('');
+    expect(tok.decode([29871, -1], { skipSpecialTokens: false })).toBe(await hf.decode([29871], false));
+  });
+
   it('encodes an emoji as its four UTF-8 bytes and decodes it back', async () => {
     // '▁' (29871), then F0 9F 98 80 as byte pieces 3 + byte.
     const ids = await tok.encode('😀', { addSpecialTokens: false });

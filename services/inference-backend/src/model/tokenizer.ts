@@ -23,6 +23,9 @@ export interface DecodeOptions {
 }
 
 const BYTE_PIECE = /^<0x[0-9A-Fa-f]{2}>$/;
+// Memoized decodes of one- and two-id windows (what streaming detokenization asks for, twice per
+// token); cleared when full, so memory stays bounded.
+const SHORT_DECODE_CACHE_SIZE = 1 << 16;
 
 export class Tokenizer {
   readonly files: ModelFiles;
@@ -36,6 +39,8 @@ export class Tokenizer {
   readonly #decoder: HfDecoder | null;
   /** Piece string per id, filled on first use; undefined = not looked up yet, null = unknown id. */
   readonly #pieces: (string | null | undefined)[];
+  /** decode(ids, keep specials) of 1 or 2 ids: key a for [a], vocabSize + a * vocabSize + b for [a, b]. */
+  readonly #shortDecodes = new Map<number, string>();
 
   private constructor(files: ModelFiles, hf: HfTokenizer) {
     this.files = files;
@@ -81,6 +86,26 @@ export class Tokenizer {
   /** Text of `ids`; ids the tokenizer does not know contribute nothing, as in the binding's decode. */
   decode(ids: readonly number[], options: DecodeOptions = {}): string {
     const skip = options.skipSpecialTokens ?? true;
+    if (!skip && (ids.length === 1 || ids.length === 2)) return this.#decodeShort(ids);
+    return this.#decodePieces(ids, skip);
+  }
+
+  #decodeShort(ids: readonly number[]): string {
+    const v = this.vocabSize;
+    const [a = -1, b = -1] = ids;
+    const valid = (id: number) => Number.isInteger(id) && id >= 0 && id < v;
+    if (!valid(a) || (ids.length === 2 && !valid(b))) return this.#decodePieces(ids, false);
+    const key = ids.length === 1 ? a : v + a * v + b;
+    let text = this.#shortDecodes.get(key);
+    if (text === undefined) {
+      text = this.#decodePieces(ids, false);
+      if (this.#shortDecodes.size >= SHORT_DECODE_CACHE_SIZE) this.#shortDecodes.clear();
+      this.#shortDecodes.set(key, text);
+    }
+    return text;
+  }
+
+  #decodePieces(ids: readonly number[], skip: boolean): string {
     const pieces: string[] = [];
     for (const id of ids) {
       if (skip && this.specialTokenIds.has(id)) continue;
