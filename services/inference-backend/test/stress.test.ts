@@ -4,6 +4,7 @@
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { storyPrompt } from '../bench/story-prompts.mjs';
 import { json, readSse, startBackend, type TestBackend } from './support/backend.js';
 
 const post = (url: string, body: unknown) =>
@@ -13,32 +14,8 @@ const post = (url: string, body: unknown) =>
     body: JSON.stringify(body),
   });
 
-const NAMES = ['Lily', 'Tom', 'Sue', 'Max', 'Anna', 'Ben', 'Mia', 'Sam', 'Zoe', 'Tim'];
-const THINGS = [
-  'ball',
-  'cat',
-  'tree',
-  'boat',
-  'cake',
-  'dog',
-  'bird',
-  'car',
-  'hat',
-  'box',
-  'sun',
-  'fish',
-  'toy',
-  'park',
-  'bed',
-  'cup',
-  'frog',
-  'kite',
-  'duck',
-  'shoe',
-];
-/** A distinct prompt per stream index (200 combinations). */
-const promptFor = (i: number) =>
-  `${NAMES[i % NAMES.length]} saw a ${THINGS[Math.floor(i / NAMES.length) % THINGS.length]}. One day`;
+/** A distinct prompt per stream index. */
+const promptFor = storyPrompt;
 
 describe('200 concurrent streams', () => {
   let backend: TestBackend;
