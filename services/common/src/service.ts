@@ -99,13 +99,19 @@ export function toStrataError(err: FastifyError): StrataError {
   return new StrataError('STRATA_INTERNAL');
 }
 
-// A connection that has not sent a byte carries no request, yet Node counts it as busy until its
-// headers timeout (a minute), so it would hold app.close(), and with it a drain, that long.
-// Clients that connect ahead of need (undici pools after a cancelled stream, proxies that
-// preconnect) leave such connections. Once closing starts, those silent for this long are cut.
+// Once the listener closes, connections must not outlive their last response, or app.close()
+// and with it a drain wait for clients to hang up:
+// - Node closes idle keep-alive connections once, when close() is called; those whose response
+//   ends later stay open for the keep-alive timeout (Fastify's is 72 s, and clients told so keep
+//   them that long). They are closed as soon as they turn idle.
+// - A connection that has not sent a byte carries no request, yet Node counts it as busy until
+//   its headers timeout (a minute). Clients that connect ahead of need (undici pools after a
+//   cancelled stream, proxies that preconnect) leave such connections; they are closed once
+//   silent for UNUSED_CONNECTION_GRACE_MS.
 const UNUSED_CONNECTION_GRACE_MS = 500;
+const CLOSING_SWEEP_MS = 100;
 
-function closeUnusedConnections(app: FastifyInstance): void {
+function closeConnectionsWhenDone(app: FastifyInstance): void {
   const server = app.server;
   const accepted = new Map<Socket, number>();
   server.on('connection', (socket: Socket) => {
@@ -117,11 +123,12 @@ function closeUnusedConnections(app: FastifyInstance): void {
   const close = server.close.bind(server);
   server.close = (callback?: (err?: Error) => void) => {
     const sweep = setInterval(() => {
+      server.closeIdleConnections();
       const now = performance.now();
       for (const [socket, at] of accepted) {
         if (socket.bytesRead === 0 && now - at >= UNUSED_CONNECTION_GRACE_MS) socket.destroy();
       }
-    }, 100);
+    }, CLOSING_SWEEP_MS);
     sweep.unref();
     server.once('close', () => clearInterval(sweep));
     return close(callback);
@@ -141,7 +148,7 @@ export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
   });
   app.decorate('readiness', readiness);
   app.decorate('metrics', options.metrics);
-  closeUnusedConnections(app);
+  closeConnectionsWhenDone(app);
 
   // Before the hook below, which logs the trace id the request will carry onwards.
   if (options.traceRequests) {

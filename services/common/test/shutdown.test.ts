@@ -1,4 +1,4 @@
-import { request } from 'node:http';
+import { Agent, request } from 'node:http';
 import { type AddressInfo, connect, type Socket } from 'node:net';
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
@@ -18,10 +18,15 @@ const silent = () =>
     }),
   });
 
-// A fresh TCP connection per request (agent: false), so "refused" really means not accepting.
-function get(port: number, path: string): Promise<{ status: number; body: string }> {
+// A fresh TCP connection per request (agent: false), so "refused" really means not accepting;
+// or a keep-alive agent, which holds the connection open after the response.
+function get(
+  port: number,
+  path: string,
+  agent: Agent | false = false,
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, path, agent: false }, (res) => {
+    const req = request({ host: '127.0.0.1', port, path, agent }, (res) => {
       let body = '';
       res.on('data', (c: Buffer) => {
         body += c;
@@ -126,5 +131,26 @@ describe('graceful shutdown', () => {
     s.release(); // the request in flight is not cut: it finishes
     await expect(inFlight).resolves.toEqual({ status: 200, body: '{"done":true}' });
     await expect(done).resolves.toBe('drained');
+  });
+
+  it('closes a keep-alive connection as soon as its response ends', async () => {
+    const s = await slowServer();
+    // The client would keep the connection for a minute; the server must not wait for it.
+    const agent = new Agent({ keepAlive: true, keepAliveMsecs: 60_000 });
+    const inFlight = get(s.port, '/slow', agent);
+    await s.inside;
+    const done = createShutdown({
+      app: s.app,
+      readiness: s.readiness,
+      logger: s.logger,
+      drainTimeoutMs: 10_000,
+    })('SIGTERM');
+    await new Promise((r) => setTimeout(r, 200));
+    const released = performance.now();
+    s.release();
+    await expect(inFlight).resolves.toEqual({ status: 200, body: '{"done":true}' });
+    await expect(done).resolves.toBe('drained');
+    expect(performance.now() - released).toBeLessThan(2_000);
+    agent.destroy();
   });
 });
