@@ -2,6 +2,7 @@
 // addon on the real tinystories-656k weights: one delivery at a time, the next only after
 // resumeSteps(), everything that accumulated meanwhile in one call, in order, nothing lost, and
 // the engine paused once 64 steps wait.
+import { readdirSync, readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadNativeAddon, type NativeEngine, type NativeStep } from '../src/native.js';
 import { modelPath } from './support/models.js';
@@ -67,6 +68,14 @@ describe('step delivery', () => {
     await until(() => tokensOf(3).length === 20, 'the third request');
     clearInterval(resume);
     expect(tokensOf(3)).toEqual(tokensOf(1));
+  });
+
+  it.runIf(process.platform === 'linux')('runs its loop on a thread named strata-engine', async () => {
+    await load();
+    const names = readdirSync('/proc/self/task').map((tid) =>
+      readFileSync(`/proc/self/task/${tid}/comm`, 'utf8').trim(),
+    );
+    expect(names.filter((n) => n === 'strata-engine')).toHaveLength(1);
   });
 
   it('pauses the engine while 64 steps wait for JS, and loses none of them', async () => {

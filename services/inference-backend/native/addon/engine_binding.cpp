@@ -1,5 +1,9 @@
 #include "engine_binding.h"
 
+#if defined(__linux__)
+#include <pthread.h>
+#endif
+
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -330,6 +334,9 @@ void EngineBinding::Adopt(std::unique_ptr<LoadedEngine> loaded, Napi::Function o
 }
 
 void EngineBinding::Loop() {
+#if defined(__linux__)
+  pthread_setname_np(pthread_self(), "strata-engine");  // visible in top -H and /proc/<pid>/task
+#endif
   Engine& engine = *loaded_->engine;
   while (!stopping_.load()) {
     if (!engine.wait_for_work(std::chrono::milliseconds(100))) continue;
