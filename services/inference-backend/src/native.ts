@@ -114,6 +114,10 @@ export interface NativeStep {
   scheduledAgeMs: number;
   /** How long before this call the step's tokens were sampled, in ms (0 when tokens is empty). */
   outputAgeMs: number;
+  /** The step's forward pass: tokens computed (prefill chunks + decodes), 0 when it ran none. */
+  batchedTokens: number;
+  /** Sequences in that forward pass. */
+  batchedSeqs: number;
   /** Set when the step failed: the loop has stopped and every live request is lost. */
   fatal?: Error & { code: string };
 }

@@ -27,6 +27,7 @@ const SERIES = [
   'vllm:request_queue_time_seconds_count',
   'vllm:request_prefill_time_seconds_count',
   'vllm:request_decode_time_seconds_count',
+  'vllm:iteration_tokens_total_count',
 ];
 const HISTOGRAMS = {
   'vllm:time_to_first_token_seconds': VLLM_BUCKETS.timeToFirstToken,
@@ -172,6 +173,22 @@ describe('engine metrics, /load and request logs', () => {
     expect(sample(samples, 'vllm:num_requests_waiting', MODEL)).toBe(0);
     expect(sample(samples, 'vllm:kv_cache_usage_perc', MODEL)).toBe(0);
     expect(sample(samples, 'strata_backend_requests_rejected_total', { code: rejectedCode })).toBe(1);
+
+    // Tokens per engine step. The requests ran one at a time: each is one prefill step over the
+    // prompt tokens not found in the prefix cache, then one single-token step per further token.
+    const hits = stats?.prefixCacheHits ?? 0;
+    expect(sample(samples, 'vllm:iteration_tokens_total_count', MODEL)).toBe(generated);
+    expect(sample(samples, 'vllm:iteration_tokens_total_sum', MODEL)).toBe(prompted - hits + generated - n);
+    // Single-token steps: every decode, plus the repeated long prompt's prefill when the cache
+    // (all hits are that request's) left it one token to compute.
+    const repeatPrefill = (usages[2]?.input_tokens ?? 0) - hits;
+    expect(sample(samples, 'vllm:iteration_tokens_total_bucket', { ...MODEL, le: '1' })).toBe(
+      generated - n + (repeatPrefill === 1 ? 1 : 0),
+    );
+    const stepEdges = samples
+      .filter((s) => s.name === 'vllm:iteration_tokens_total_bucket' && s.labels.le !== '+Inf')
+      .map((s) => Number(s.labels.le));
+    expect(stepEdges).toEqual(VLLM_BUCKETS.iterationTokens);
 
     // vLLM's edges, plus the finer ones below 10 ms, and nothing else.
     for (const [name, vllm] of Object.entries(HISTOGRAMS)) {

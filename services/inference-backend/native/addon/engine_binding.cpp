@@ -262,6 +262,8 @@ Napi::Object step_to_js(Napi::Env env, const StepOutput& out) {
   o.Set("scheduledIds", scheduled_ids);
   o.Set("scheduledAgeMs", Napi::Number::New(env, scheduled_age_ms));
   o.Set("outputAgeMs", Napi::Number::New(env, output_age_ms));
+  o.Set("batchedTokens", Napi::Number::New(env, out.num_batched_tokens));
+  o.Set("batchedSeqs", Napi::Number::New(env, out.num_batched_seqs));
   return o;
 }
 
@@ -331,12 +333,13 @@ void EngineBinding::Adopt(std::unique_ptr<LoadedEngine> loaded, Napi::Function o
   on_step_ = Napi::ThreadSafeFunction::New(Env(), on_step, "strata-engine-step", /*max queue*/ 0, 1);
   Ref();
   loop_ = std::thread([this] { Loop(); });
+#if defined(__linux__)
+  // Named before load() resolves, so top -H and /proc/<pid>/task show it from the start.
+  pthread_setname_np(loop_.native_handle(), "strata-engine");
+#endif
 }
 
 void EngineBinding::Loop() {
-#if defined(__linux__)
-  pthread_setname_np(pthread_self(), "strata-engine");  // visible in top -H and /proc/<pid>/task
-#endif
   Engine& engine = *loaded_->engine;
   while (!stopping_.load()) {
     if (!engine.wait_for_work(std::chrono::milliseconds(100))) continue;
@@ -348,7 +351,8 @@ void EngineBinding::Loop() {
     }
     const bool fatal = !msg.fatal.code.empty();
     const StepOutput& out = msg.output;
-    if (fatal || !out.tokens.empty() || !out.aborted.empty() || !out.scheduled.empty()) {
+    // Steps that ran a forward go to JS even without output (a prefill chunk), for the metrics.
+    if (fatal || out.num_batched_tokens > 0 || !out.aborted.empty()) {
       if (!Post(std::move(msg))) break;
     }
     if (fatal) break;

@@ -72,6 +72,8 @@ export class Engine {
   private readonly onScheduled = new Map<number, (at: number) => void>();
   private nextId = 1;
   private fatal: EngineError | undefined;
+  /** Called once per engine step that ran a forward pass (metrics: vllm:iteration_tokens_total). */
+  onForward: ((batchedTokens: number, batchedSeqs: number) => void) | undefined;
   private closed = false;
 
   private constructor(
@@ -161,6 +163,7 @@ export class Engine {
   }
 
   private dispatch(step: NativeStep): void {
+    if (step.batchedTokens > 0) this.onForward?.(step.batchedTokens, step.batchedSeqs);
     if (step.scheduledIds.length > 0) {
       const at = performance.now() - step.scheduledAgeMs;
       for (const id of step.scheduledIds) {

@@ -82,6 +82,9 @@ export class ModelHost {
     rejected: (code) => {
       for (const o of this.observers) this.safely(() => o.rejected(code));
     },
+    forward: (tokens, seqs) => {
+      for (const o of this.observers) if (o.forward) this.safely(() => o.forward?.(tokens, seqs));
+    },
   };
 
   private safely(fn: () => void): void {

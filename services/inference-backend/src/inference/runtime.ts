@@ -76,6 +76,8 @@ const ms = (from: number, to: number) => Math.max(0, to - from) / 1e3;
 export interface RuntimeObserver {
   finished(record: RequestRecord): void;
   rejected(code: string): void;
+  /** One engine step's forward pass: tokens computed (prefill chunks + decodes), sequences. */
+  forward?(batchedTokens: number, batchedSeqs: number): void;
 }
 
 export class InferenceRuntime {
@@ -116,6 +118,7 @@ export class InferenceRuntime {
       maxNumSeqs: e.maxNumSeqs,
       maxModelLen: e.maxModelLen,
     });
+    if (observer?.forward) engine.onForward = observer.forward.bind(observer);
     return new InferenceRuntime(
       engine,
       Tokenizer.fromModelFiles(files),

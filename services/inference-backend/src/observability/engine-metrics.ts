@@ -25,6 +25,8 @@ export const VLLM_BUCKETS = {
   interTokenLatency: [
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
   ],
+  /** Tokens per engine step (vllm:iteration_tokens_total). */
+  iterationTokens: [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
   requestLatency: [
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
     960.0, 1920.0, 7680.0,
@@ -167,6 +169,16 @@ export function registerEngineMetrics(
     VLLM_BUCKETS.requestLatency,
   );
 
+  // Not a time: vLLM's edges as they are (the name ends in _total, as vLLM's does).
+  const iterationTokens = new Histogram<Label>({
+    name: 'vllm:iteration_tokens_total',
+    help: 'Histogram of number of tokens per engine_step.',
+    labelNames: ['model_name'],
+    buckets: [...VLLM_BUCKETS.iterationTokens],
+    registers,
+  });
+  iterationTokens.zero(labels);
+
   const rejected = new Counter<'code'>({
     name: 'strata_backend_requests_rejected_total',
     help: 'Requests refused before reaching the engine (queue full, bad input), by error code.',
@@ -188,6 +200,9 @@ export function registerEngineMetrics(
     },
     rejected(code: string) {
       rejected.inc({ code });
+    },
+    forward(batchedTokens: number) {
+      iterationTokens.observe(labels, batchedTokens);
     },
   };
   host.observe(observer);

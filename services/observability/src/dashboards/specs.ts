@@ -189,6 +189,19 @@ const engine: DashboardSpec = {
       ],
     },
     {
+      title: 'Tokens per engine step',
+      description:
+        'Tokens computed per forward pass (prefill chunks + decodes), from vllm:iteration_tokens_total: mean and p95.',
+      unit: 'short',
+      targets: [
+        {
+          expr: `sum by (instance) (rate(vllm:iteration_tokens_total_sum${M}[${RI}])) / sum by (instance) (rate(vllm:iteration_tokens_total_count${M}[${RI}]))`,
+          legend: '{{instance}} mean',
+        },
+        { expr: quantile(0.95, 'vllm:iteration_tokens_total', M), legend: 'p95' },
+      ],
+    },
+    {
       title: 'Queue / prefill / decode time (p95)',
       description: 'Where request time goes inside the engine.',
       unit: 's',

@@ -122,6 +122,8 @@ StepOutput Engine::step() {
   const ScheduledStep& step = scheduler_.schedule();
   if (!step.seqs.empty()) {
     out.scheduled_at = std::chrono::steady_clock::now();
+    out.num_batched_tokens = step.num_tokens;
+    out.num_batched_seqs = static_cast<int32_t>(step.seqs.size());
     for (Sequence* seq : step.seqs) {
       if (seq->ever_scheduled) continue;
       seq->ever_scheduled = true;

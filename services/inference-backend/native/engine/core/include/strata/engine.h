@@ -68,6 +68,9 @@ struct StepOutput {
   // When this step's tokens were sampled (set when `tokens` is not empty): the engine's own
   // moment for each token, before any delivery to a client.
   std::chrono::steady_clock::time_point output_at{};
+  // The forward pass of this step: tokens computed (prefill chunks + decodes) and sequences.
+  int32_t num_batched_tokens = 0;
+  int32_t num_batched_seqs = 0;
 };
 
 struct EngineStats {
