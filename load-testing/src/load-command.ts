@@ -1,11 +1,12 @@
 // `strata-platform load <scenario>`: starts the harness (Redis, two CPU backends, router, edge,
 // sidecars, Prometheus), runs one k6 suite against it, and saves the summary JSON and the plot
 // into docs/benchmarks/ as k6-<scenario>.json / k6-<scenario>.png.
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startHarness } from './harness.js';
 import { runK6, SCENARIOS, type Scenario } from './k6.js';
+import { isIdle, processMemory, settledLoads } from './platform-health.js';
 import { plotRun } from './plot.js';
 
 export interface LoadCommandOptions {
@@ -37,6 +38,7 @@ export async function loadCommand(options: LoadCommandOptions): Promise<number> 
     if (harness.prometheus) process.stdout.write(`prometheus at ${harness.prometheus.url}\n`);
     const summaryJson = join(outDir, `k6-${scenario}.json`);
     const csv = join(harness.dir, 'samples.csv');
+    const memoryBefore = processMemory(harness);
     const { code } = await runK6({
       scenario,
       target: harness.entryUrl,
@@ -48,6 +50,32 @@ export async function loadCommand(options: LoadCommandOptions): Promise<number> 
       },
       onLine: (line) => process.stdout.write(`${line}\n`),
     });
+    // What the run left behind: every backend back to idle with its whole KV pool, and each
+    // process's resident memory next to what it was before the traffic (a leak grows it).
+    const loads = await settledLoads(harness);
+    const memoryAfter = processMemory(harness);
+    const leaked = loads.filter((l) => !isIdle(l.load));
+    const platform = {
+      backends_after: loads,
+      rss_mib: Object.fromEntries(
+        Object.keys(memoryAfter).map((label) => [
+          label,
+          { before: memoryBefore[label], after: memoryAfter[label] },
+        ]),
+      ),
+    };
+    for (const { backend, load } of loads) {
+      process.stdout.write(
+        `${backend} after the run: running ${load?.running} waiting ${load?.waiting} ` +
+          `kv blocks free ${load?.kv_blocks_free}/${load?.kv_blocks_total}${isIdle(load) ? '' : '  <- NOT IDLE'}\n`,
+      );
+    }
+    for (const [label, { before, after }] of Object.entries(platform.rss_mib))
+      process.stdout.write(`${label} resident memory: ${before} MiB before, ${after} MiB after\n`);
+    if (existsSync(summaryJson)) {
+      const summary = JSON.parse(readFileSync(summaryJson, 'utf8')) as Record<string, unknown>;
+      writeFileSync(summaryJson, `${JSON.stringify({ ...summary, platform }, null, 2)}\n`);
+    }
     process.stdout.write(`summary: ${summaryJson}\n`);
     if (options.plot) {
       const png = join(outDir, `k6-${scenario}.png`);
@@ -56,7 +84,9 @@ export async function loadCommand(options: LoadCommandOptions): Promise<number> 
     }
     const crashes = harness.crashes();
     if (crashes.length > 0) process.stderr.write(`processes that crashed: ${crashes.join('; ')}\n`);
-    return crashes.length > 0 ? 1 : code;
+    if (leaked.length > 0)
+      process.stderr.write(`backends not idle after the run: ${leaked.map((l) => l.backend).join(', ')}\n`);
+    return crashes.length > 0 || leaked.length > 0 ? 1 : code;
   } finally {
     process.off('SIGINT', stop);
     process.off('SIGTERM', stop);

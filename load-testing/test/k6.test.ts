@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Harness, startHarness } from '../src/harness.js';
 import { runK6 } from '../src/k6.js';
+import { processMemory } from '../src/platform-health.js';
 import { waitUntil } from '../src/ports.js';
 import { expectAllAlive, expectNoLeakedBlocks } from './support/platform-checks.js';
 
@@ -91,5 +92,16 @@ describe('k6 against the local platform', () => {
     );
     await expectNoLeakedBlocks(harness);
     await expectAllAlive(harness);
+    // The soak's leak report reads every service's resident memory.
+    const memory = processMemory(harness);
+    expect(Object.keys(memory).sort()).toEqual([
+      'backend-1',
+      'backend-2',
+      'edge',
+      'router',
+      'sidecar-1',
+      'sidecar-2',
+    ]);
+    for (const [label, mib] of Object.entries(memory)) expect(mib, label).toBeGreaterThan(10);
   }, 180_000);
 });

@@ -2,38 +2,17 @@
 // process still answering, nothing crashed.
 import { expect } from 'vitest';
 import type { Harness } from '../../src/harness.js';
-import { waitUntil } from '../../src/ports.js';
-
-export interface LoadReport {
-  running: number;
-  waiting: number;
-  kv_blocks_free: number;
-  kv_blocks_total: number;
-}
-
-export async function loadOf(backendUrl: string): Promise<LoadReport> {
-  return (await (await fetch(`${backendUrl}/load`)).json()) as LoadReport;
-}
+import { settledLoads } from '../../src/platform-health.js';
 
 /** Waits until every running backend is idle with its whole KV pool free (a leak never gets there). */
 export async function expectNoLeakedBlocks(harness: Harness): Promise<void> {
-  for (const backend of harness.backends.filter((b) => b.running)) {
-    let last: LoadReport | undefined;
-    await waitUntil(
-      `${backend.label} to return every KV block`,
-      async () => {
-        last = await loadOf(backend.url);
-        return last.running === 0 && last.waiting === 0 && last.kv_blocks_free === last.kv_blocks_total;
-      },
-      30_000,
-      200,
-    ).catch(() => undefined);
-    expect({ backend: backend.label, ...last }).toMatchObject({
+  for (const { backend, load } of await settledLoads(harness)) {
+    expect({ backend, ...load }).toMatchObject({
       running: 0,
       waiting: 0,
-      kv_blocks_free: last?.kv_blocks_total,
+      kv_blocks_free: load?.kv_blocks_total,
     });
-    expect(last?.kv_blocks_total).toBeGreaterThan(0);
+    expect(load?.kv_blocks_total).toBeGreaterThan(0);
   }
 }
 
