@@ -6,7 +6,13 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startHarness } from './harness.js';
 import { runK6, SCENARIOS, type Scenario } from './k6.js';
-import { isIdle, processMemory, settledLoads } from './platform-health.js';
+import {
+  isIdle,
+  type MemorySample,
+  processMemory,
+  secondHalfGrowth,
+  settledLoads,
+} from './platform-health.js';
 import { plotRun } from './plot.js';
 
 export interface LoadCommandOptions {
@@ -23,6 +29,13 @@ export async function loadCommand(options: LoadCommandOptions): Promise<number> 
     return 2;
   }
   const scenario = options.scenario as Scenario;
+  const sampleSeconds = Number(process.env.STRATA_MEMORY_SAMPLE_S ?? 30);
+  if (!Number.isFinite(sampleSeconds) || sampleSeconds < 1) {
+    process.stderr.write(
+      `STRATA_MEMORY_SAMPLE_S must be a number of seconds >= 1, got "${process.env.STRATA_MEMORY_SAMPLE_S}"\n`,
+    );
+    return 2;
+  }
   const outDir = resolve(
     options.outDir ?? join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'docs', 'benchmarks'),
   );
@@ -39,6 +52,13 @@ export async function loadCommand(options: LoadCommandOptions): Promise<number> 
     const summaryJson = join(outDir, `k6-${scenario}.json`);
     const csv = join(harness.dir, 'samples.csv');
     const memoryBefore = processMemory(harness);
+    // Every service's memory through the run, so growth can be told from warm-up.
+    const started = Date.now();
+    const series: MemorySample[] = [{ t_s: 0, rss_mib: memoryBefore }];
+    const sampler = setInterval(
+      () => series.push({ t_s: Math.round((Date.now() - started) / 1000), rss_mib: processMemory(harness) }),
+      sampleSeconds * 1000,
+    );
     const { code } = await runK6({
       scenario,
       target: harness.entryUrl,
@@ -49,20 +69,23 @@ export async function loadCommand(options: LoadCommandOptions): Promise<number> 
         STRATA_RUN_LABEL: `local harness: 2 CPU backends (${harness.modelName}, 1 thread each) behind the ${harness.entry}`,
       },
       onLine: (line) => process.stdout.write(`${line}\n`),
-    });
+    }).finally(() => clearInterval(sampler));
     // What the run left behind: every backend back to idle with its whole KV pool, and each
     // process's resident memory next to what it was before the traffic (a leak grows it).
     const loads = await settledLoads(harness);
     const memoryAfter = processMemory(harness);
+    series.push({ t_s: Math.round((Date.now() - started) / 1000), rss_mib: memoryAfter });
+    const growth = secondHalfGrowth(series);
     const leaked = loads.filter((l) => !isIdle(l.load));
     const platform = {
       backends_after: loads,
       rss_mib: Object.fromEntries(
         Object.keys(memoryAfter).map((label) => [
           label,
-          { before: memoryBefore[label], after: memoryAfter[label] },
+          { before: memoryBefore[label], after: memoryAfter[label], second_half_growth: growth[label] },
         ]),
       ),
+      rss_series: series,
     };
     for (const { backend, load } of loads) {
       process.stdout.write(
@@ -70,8 +93,11 @@ export async function loadCommand(options: LoadCommandOptions): Promise<number> 
           `kv blocks free ${load?.kv_blocks_free}/${load?.kv_blocks_total}${isIdle(load) ? '' : '  <- NOT IDLE'}\n`,
       );
     }
-    for (const [label, { before, after }] of Object.entries(platform.rss_mib))
-      process.stdout.write(`${label} resident memory: ${before} MiB before, ${after} MiB after\n`);
+    for (const [label, { before, after, second_half_growth }] of Object.entries(platform.rss_mib)) {
+      const late =
+        second_half_growth === undefined ? '' : `, ${second_half_growth} MiB of it in the run's second half`;
+      process.stdout.write(`${label} resident memory: ${before} MiB before, ${after} MiB after${late}\n`);
+    }
     if (existsSync(summaryJson)) {
       const summary = JSON.parse(readFileSync(summaryJson, 'utf8')) as Record<string, unknown>;
       writeFileSync(summaryJson, `${JSON.stringify({ ...summary, platform }, null, 2)}\n`);

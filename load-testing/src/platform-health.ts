@@ -63,3 +63,28 @@ export function processMemory(harness: Harness): Record<string, number | undefin
   const services = [...harness.backends, ...harness.sidecars, harness.router, harness.edge];
   return Object.fromEntries(services.filter((s) => s.running).map((s) => [s.label, rssMiB(s.pid)]));
 }
+
+/** One reading of every service's resident memory, t_s seconds into a run. */
+export interface MemorySample {
+  t_s: number;
+  rss_mib: Record<string, number | undefined>;
+}
+
+/**
+ * Growth of each service's resident memory over the second half of a run (MiB): the first half
+ * holds the warm-up (JIT, pools, caches), so steady growth after it is what a leak looks like.
+ * Undefined for a service without readings at both ends, or with fewer than 3 samples.
+ */
+export function secondHalfGrowth(series: readonly MemorySample[]): Record<string, number | undefined> {
+  if (series.length < 3) return {};
+  const middle = series[Math.floor((series.length - 1) / 2)];
+  const last = series[series.length - 1];
+  if (middle === undefined || last === undefined) return {};
+  return Object.fromEntries(
+    Object.keys(last.rss_mib).map((label) => {
+      const from = middle.rss_mib[label];
+      const to = last.rss_mib[label];
+      return [label, from === undefined || to === undefined ? undefined : Math.round((to - from) * 10) / 10];
+    }),
+  );
+}
