@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The CUDA backend's kernels on the GPU machine, in one call: build with the machine's nvcc
+# (ptxas's register and spill report kept), run every GPU check (float64 references, fresh
+# seeds), compute-sanitizer memcheck over the kernel check, then every benchmark. Logs and JSON
+# are packed into $OUT/cuda-kernels.tgz (the device tool brings back at most 8 files); the
+# summary table is printed last. Run from the repository root:
+#   STRATA_MODELS_DIR=.device-models bash scripts/device/cuda-kernels.sh
+# (through the device tool, OUT is set there; .device-models comes from prepare-models.sh here
+# and travels with `carry: [".device-models"]`; without it the backend check is skipped.)
+# Exit status: 0 when every check passed, 1 otherwise.
+set -uo pipefail
+OUT=${OUT:-/tmp/strata-cuda-out}
+RESULTS=/tmp/strata-cuda-results
+rm -rf "$RESULTS"
+mkdir -p "$OUT" "$RESULTS"
+trap 'tar czf "$OUT/cuda-kernels.tgz" -C "$RESULTS" .' EXIT
+cd "$(dirname "$0")/../.."
+
+nvcc_path=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+if [ -z "$nvcc_path" ]; then
+  echo "no nvcc on this machine" >&2
+  exit 1
+fi
+cuda_home=${STRATA_CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$nvcc_path")")")}
+# cuBLAS: the toolkit's own, else the wheel PyTorch brought.
+if [ -z "${STRATA_CUBLAS_DIR:-}" ]; then
+  for dir in "$cuda_home/lib64" "$cuda_home/lib" $(python3 -c 'import nvidia, os; [print(os.path.join(p, "cu13", "lib")) for p in nvidia.__path__]; [print(os.path.join(p, "cublas", "lib")) for p in nvidia.__path__]' 2>/dev/null); do
+    if ls "$dir"/libcublasLt.so* > /dev/null 2>&1; then
+      export STRATA_CUBLAS_DIR=$dir
+      break
+    fi
+  done
+fi
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+  "$nvcc_path" --version | tail -2
+  echo "cuda_home=$cuda_home STRATA_CUBLAS_DIR=${STRATA_CUBLAS_DIR:-none found}"
+} 2>&1 | tee "$RESULTS/machine.txt"
+
+build=/tmp/strata-cuda-build
+start=$(date +%s)
+cmake -S services/inference-backend/native/engine -B "$build" -DSTRATA_CUDA_HOME="$cuda_home" \
+  -DSTRATA_CUDA_ARCHS=90 -DSTRATA_NVCC_VERBOSE=ON > "$RESULTS/build.log" 2>&1 &&
+  cmake --build "$build" -j "$(nproc)" >> "$RESULTS/build.log" 2>&1
+build_rc=$?
+echo "build: rc $build_rc in $(( $(date +%s) - start )) s (log: build.log)"
+if [ $build_rc -ne 0 ]; then
+  tail -40 "$RESULTS/build.log"
+  exit 1
+fi
+grep -E "spill stores" "$RESULTS/build.log" | grep -v " 0 bytes spill stores" | sort | uniq > "$RESULTS/spills.txt"
+
+declare -A result
+failed=0
+run_check() {  # name, then the command
+  local name=$1
+  shift
+  local t0=$(date +%s)
+  STRATA_CHECK_JSON="$RESULTS/$name.json" "$@" > "$RESULTS/$name.log" 2>&1
+  local rc=$?
+  result[$name]="rc $rc, $(grep -cE '^ok ' "$RESULTS/$name.log") ok, $(grep -cE '^FAIL ' "$RESULTS/$name.log") failed, $(( $(date +%s) - t0 )) s"
+  [ $rc -eq 0 ] || failed=1
+  grep -E '^FAIL|error|Error' "$RESULTS/$name.log" | head -20
+}
+for program in "$build"/cuda/check_cuda_*; do
+  name=$(basename "$program")
+  if [ "$name" = check_cuda_backend ]; then
+    models=()
+    for m in tinystories-656k stories260K; do
+      [ -d "${STRATA_MODELS_DIR:-/nonexistent}/$m" ] && models+=("$STRATA_MODELS_DIR/$m")
+    done
+    if [ ${#models[@]} -eq 0 ]; then
+      result[$name]="skipped: no models (STRATA_MODELS_DIR)"
+      continue
+    fi
+    run_check "$name" "$program" "${models[@]}"
+  else
+    run_check "$name" "$program"
+  fi
+done
+if command -v compute-sanitizer > /dev/null; then
+  run_check memcheck_kernels compute-sanitizer --tool memcheck --error-exitcode 3 "$build/cuda/check_cuda_kernels"
+fi
+for program in "$build"/cuda/bench_cuda_*; do
+  name=$(basename "$program")
+  t0=$(date +%s)
+  "$program" "$RESULTS/$name.json" > "$RESULTS/$name.log" 2>&1
+  result[$name]="rc $?, $(( $(date +%s) - t0 )) s"
+done
+
+echo
+for name in "${!result[@]}"; do printf '%-28s %s\n' "$name" "${result[$name]}"; done | sort
+echo "spills: $(wc -l < "$RESULTS/spills.txt") kernels (spills.txt)"
+for program in "$build"/cuda/bench_cuda_*; do
+  echo "--- $(basename "$program")"
+  tail -25 "$RESULTS/$(basename "$program").log"
+done
+exit $failed

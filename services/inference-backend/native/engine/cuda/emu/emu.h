@@ -1,0 +1,200 @@
+// CPU emulation of the CUDA execution model, so the kernels in ../src run (slowly) on machines
+// without a GPU: CI and development machines. It is force-included (-include emu.h) into the
+// C++ that cu2cpp.py makes of each .cu file.
+//
+// Each thread block runs on the calling OS thread as blockDim fibers (user-space contexts);
+// a fiber runs until it reaches __syncthreads, a warp shuffle or __syncwarp, then yields.
+// Barriers release when every live thread of their scope has arrived, so the kernels'
+// reductions, masks and indexing run exactly as written. Blocks of a grid run one after
+// another, which makes `__shared__` plain static storage, shared by one block's fibers.
+//
+// What it cannot show: races between blocks or within a warp outside the barriers, memory
+// ordering, coalescing, bank conflicts, register or shared-memory limits, timing. Those need
+// the GPU (scripts/device/cuda-kernels.sh, compute-sanitizer).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace strata::emu {
+
+// The current fiber's coordinates, and the barriers (emu_runtime.cpp).
+uint3 thread_idx();
+uint3 block_idx();
+dim3 block_dim();
+dim3 grid_dim();
+void* dynamic_shared();
+void sync_threads();
+void sync_warp();
+// Every lane of the warp publishes `bits`; returns lane (own lane ^ lane_mask)'s.
+uint64_t exchange_xor(uint64_t bits, int lane_mask);
+
+// Runs `body` once per thread of every block of the grid. Records cudaErrorInvalidConfiguration
+// (cudaGetLastError) for a launch CUDA would refuse.
+void run_grid(dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& body);
+
+// The calling lane's index in its warp.
+int lane_id();
+
+// Work for "the stream": run now, or, while a stream capture is open, recorded into the graph
+// (so a kernel's arguments are the values at capture, and a copy reads its source at replay,
+// as on a GPU).
+void submit(std::function<void()> work);
+
+template <typename... Params>
+struct Launch {
+  void (*kernel)(Params...);
+  dim3 grid, block;
+  size_t shared_bytes;
+  template <typename... Args>
+  void operator()(Args&&... args) const {
+    std::tuple<std::decay_t<Params>...> values(std::forward<Args>(args)...);
+    submit([values = std::move(values), k = kernel, g = grid, b = block, bytes = shared_bytes] {
+      run_grid(g, b, bytes, [&values, k] {
+        std::tuple<std::decay_t<Params>...> own = values;  // each thread its own copy, as on a GPU
+        std::apply(k, own);
+      });
+    });
+  }
+};
+
+template <typename... Params>
+Launch<Params...> launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes = 0,
+                         cudaStream_t = nullptr) {
+  return {kernel, grid, block, shared_bytes};
+}
+
+template <typename T>
+T shfl_xor(T value, int lane_mask) {
+  static_assert(sizeof(T) <= 8, "shuffles move up to 8 bytes");
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(T));
+  bits = exchange_xor(bits, lane_mask);
+  T out;
+  std::memcpy(&out, &bits, sizeof(T));
+  return out;
+}
+
+}  // namespace strata::emu
+
+// Qualifiers: kernels become plain functions; __shared__ storage is static (one block at a time).
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __forceinline__
+#undef __shared__
+#undef __launch_bounds__
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define __launch_bounds__(...)
+
+#define threadIdx (::strata::emu::thread_idx())
+#define blockIdx (::strata::emu::block_idx())
+#define blockDim (::strata::emu::block_dim())
+#define gridDim (::strata::emu::grid_dim())
+
+inline void __syncthreads() { ::strata::emu::sync_threads(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { ::strata::emu::sync_warp(); }
+template <typename T>
+inline T __shfl_xor_sync(unsigned, T value, int lane_mask, int = 32) {
+  return ::strata::emu::shfl_xor(value, lane_mask);
+}
+
+// Rounding intrinsics: the emulation is built with -ffp-contract=off, so a product or sum
+// is rounded on its own as the _rn forms promise.
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __expf(float x) { return std::exp(x); }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float __uint_as_float(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+inline uint32_t __float_as_uint(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return bits;
+}
+inline int min(int a, int b) { return a < b ? a : b; }
+
+// WMMA (the warp-level matrix API of <mma.h>). Each lane's fragment holds the whole tile (the
+// hardware's per-lane layout is opaque to a correct kernel, which only loads, stores, fills and
+// multiplies fragments); lane 0 multiplies and the warp reads its result, with warp barriers
+// around, so a kernel that writes shared memory and loads a fragment without __syncwarp in
+// between reads what the emulation's schedule happens to have written.
+namespace nvcuda::wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void>
+struct fragment {
+  static constexpr int rows = std::is_same_v<Use, matrix_b> ? K : M;
+  static constexpr int cols = std::is_same_v<Use, matrix_a> ? K : N;
+  static constexpr int num_elements = rows * cols;
+  T x[num_elements];  // (rows, cols) row-major, whatever the memory layout it came from
+};
+
+template <typename Use, int M, int N, int K, typename T, typename Layout, typename V>
+inline void fill_fragment(fragment<Use, M, N, K, T, Layout>& f, const V& value) {
+  for (T& e : f.x) e = static_cast<T>(value);
+}
+
+template <typename Use, int M, int N, int K, typename T, typename Layout>
+inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const T* p, unsigned ldm) {
+  using F = fragment<Use, M, N, K, T, Layout>;
+  constexpr bool col = std::is_same_v<Layout, col_major>;
+  for (int r = 0; r < F::rows; ++r)
+    for (int c = 0; c < F::cols; ++c) f.x[r * F::cols + c] = col ? p[size_t(c) * ldm + r] : p[size_t(r) * ldm + c];
+}
+
+template <int M, int N, int K, typename T>
+inline void load_matrix_sync(fragment<accumulator, M, N, K, T>& f, const T* p, unsigned ldm, layout_t layout) {
+  for (int r = 0; r < M; ++r)
+    for (int c = 0; c < N; ++c)
+      f.x[r * N + c] = layout == mem_col_major ? p[size_t(c) * ldm + r] : p[size_t(r) * ldm + c];
+}
+
+template <int M, int N, int K, typename T>
+inline void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T>& f, unsigned ldm, layout_t layout) {
+  for (int r = 0; r < M; ++r)
+    for (int c = 0; c < N; ++c)
+      (layout == mem_col_major ? p[size_t(c) * ldm + r] : p[size_t(r) * ldm + c]) = f.x[r * N + c];
+}
+
+template <int M, int N, int K, typename TA, typename LA, typename TB, typename LB, typename TC>
+inline void mma_sync(fragment<accumulator, M, N, K, TC>& d, const fragment<matrix_a, M, N, K, TA, LA>& a,
+                     const fragment<matrix_b, M, N, K, TB, LB>& b, const fragment<accumulator, M, N, K, TC>& c) {
+  static TC result[M * N];  // one warp multiplies at a time: the fibers of a block share one OS thread
+  ::strata::emu::sync_warp();
+  if (::strata::emu::lane_id() == 0) {
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) {
+        float acc = static_cast<float>(c.x[i * N + j]);
+        for (int k = 0; k < K; ++k) acc += static_cast<float>(a.x[i * K + k]) * static_cast<float>(b.x[k * N + j]);
+        result[i * N + j] = static_cast<TC>(acc);
+      }
+  }
+  ::strata::emu::sync_warp();
+  for (int e = 0; e < M * N; ++e) d.x[e] = result[e];
+  ::strata::emu::sync_warp();  // every lane has its copy before the next product overwrites it
+}
+}  // namespace nvcuda::wmma
+inline int max(int a, int b) { return a > b ? a : b; }

@@ -1,0 +1,395 @@
+// The CPU emulation's engine room (see emu.h): fibers for the threads of a block, block and
+// warp barriers, and the part of the CUDA runtime API the backend and the checks call, with
+// device memory as host memory and every stream synchronous.
+#include "emu.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+// Saves the callee-saved registers on the current stack, stores its pointer in *save, switches
+// to `next` and restores that stack's registers (x86-64 System V). A fresh fiber's stack is laid
+// out to "return" into fiber_entry.
+extern "C" void strata_emu_switch(void** save, void* next);
+asm(R"(
+.pushsection .text
+.globl strata_emu_switch
+.type strata_emu_switch,@function
+strata_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+.size strata_emu_switch,.-strata_emu_switch
+.popsection
+)");
+
+namespace strata::emu {
+namespace {
+
+constexpr size_t kStackBytes = 256 * 1024;  // per fiber: kernels keep small arrays in "registers"
+constexpr int kWarp = 32;
+
+struct Barrier {
+  int arrived = 0;
+  uint64_t generation = 0;
+};
+
+struct Fiber {
+  void* sp = nullptr;
+  char* stack = nullptr;  // kStackBytes from stack_pool()
+  uint3 idx{};
+  int linear = 0;
+  bool done = false;
+  // The barrier it waits at and the generation it waits to end; null when runnable.
+  const Barrier* waiting_on = nullptr;
+  uint64_t waiting_generation = 0;
+};
+
+struct BlockRun {
+  dim3 grid, block;
+  uint3 block_index{};
+  std::vector<char> shared;
+  std::vector<Fiber> fibers;
+  void* scheduler_sp = nullptr;
+  int current = 0;
+  int live = 0;
+  const std::function<void()>* body = nullptr;
+  Barrier block_barrier;
+  std::vector<Barrier> warp_barriers;
+  std::vector<int> warp_live;
+  std::vector<std::array<uint64_t, kWarp>> warp_values;
+};
+
+BlockRun* g_run = nullptr;
+
+// An open stream capture collects the work submitted meanwhile; a graph is that list.
+struct Graph {
+  std::vector<std::function<void()>> work;
+};
+Graph* g_capture = nullptr;
+
+// Fiber stacks live for the whole process: launches reuse them, uninitialised, at no cost.
+char* pooled_stack(size_t index) {
+  static std::vector<std::unique_ptr<char[]>> pool;
+  while (pool.size() <= index) pool.push_back(std::unique_ptr<char[]>(new char[kStackBytes]));
+  return pool[index].get();
+}
+cudaError_t g_last_error = cudaSuccess;
+
+Fiber& self() { return g_run->fibers[g_run->current]; }
+
+void yield() { strata_emu_switch(&self().sp, g_run->scheduler_sp); }
+
+// Waits until `count` arrivals (the live threads of the scope) have reached `b`.
+void wait_at(Barrier& b, const int& count) {
+  const uint64_t generation = b.generation;
+  if (++b.arrived >= count) {
+    b.arrived = 0;
+    ++b.generation;
+    return;
+  }
+  self().waiting_on = &b;
+  self().waiting_generation = generation;
+  yield();  // the scheduler resumes it only once the generation has moved on
+  self().waiting_on = nullptr;
+}
+
+bool runnable(const Fiber& f) {
+  return !f.done && (f.waiting_on == nullptr || f.waiting_on->generation != f.waiting_generation);
+}
+
+// A finished thread no longer counts: a barrier its peers wait at may now be complete.
+void release_if_complete(Barrier& b, int count) {
+  if (b.arrived > 0 && b.arrived >= count) {
+    b.arrived = 0;
+    ++b.generation;
+  }
+}
+
+[[noreturn]] void fiber_entry() {
+  (*g_run->body)();
+  Fiber& f = self();
+  f.done = true;
+  --g_run->live;
+  const int warp = f.linear / kWarp;
+  --g_run->warp_live[warp];
+  release_if_complete(g_run->block_barrier, g_run->live);
+  release_if_complete(g_run->warp_barriers[warp], g_run->warp_live[warp]);
+  void* unused = nullptr;
+  strata_emu_switch(&unused, g_run->scheduler_sp);
+  std::abort();  // a finished fiber is never resumed
+}
+
+void start_fiber(Fiber& f) {
+  auto top = reinterpret_cast<uintptr_t>(f.stack + kStackBytes) & ~uintptr_t{15};
+  auto* slots = reinterpret_cast<void**>(top);
+  slots[-1] = nullptr;                                  // fiber_entry's own "return address"
+  slots[-2] = reinterpret_cast<void*>(&fiber_entry);    // where the switch's ret lands
+  for (int i = 3; i <= 8; ++i) slots[-i] = nullptr;     // rbp rbx r12 r13 r14 r15
+  f.sp = &slots[-8];
+  f.done = false;
+}
+
+}  // namespace
+
+void submit(std::function<void()> work) {
+  if (g_capture != nullptr) {
+    g_capture->work.push_back(std::move(work));
+  } else {
+    work();
+  }
+}
+
+bool capturing() { return g_capture != nullptr; }
+
+uint3 thread_idx() { return self().idx; }
+int lane_id() { return self().linear % kWarp; }
+uint3 block_idx() { return g_run->block_index; }
+dim3 block_dim() { return g_run->block; }
+dim3 grid_dim() { return g_run->grid; }
+void* dynamic_shared() { return g_run->shared.data(); }
+
+void sync_threads() { wait_at(g_run->block_barrier, g_run->live); }
+
+void sync_warp() {
+  const int warp = self().linear / kWarp;
+  wait_at(g_run->warp_barriers[warp], g_run->warp_live[warp]);
+}
+
+uint64_t exchange_xor(uint64_t bits, int lane_mask) {
+  const int lane = self().linear % kWarp, warp = self().linear / kWarp;
+  g_run->warp_values[warp][lane] = bits;
+  sync_warp();
+  const uint64_t out = g_run->warp_values[warp][(lane ^ lane_mask) % kWarp];
+  sync_warp();  // nobody overwrites a value before every lane has read it
+  return out;
+}
+
+void run_grid(dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& body) {
+  const size_t threads = size_t(block.x) * block.y * block.z;
+  if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||
+      grid.z > 65535 || shared_bytes > 227 * 1024) {
+    g_last_error = cudaErrorInvalidConfiguration;
+    return;
+  }
+  BlockRun run;
+  run.grid = grid;
+  run.block = block;
+  run.body = &body;
+  run.shared.assign(std::max<size_t>(shared_bytes, 16), 0);
+  run.fibers.resize(threads);
+  const int warps = int((threads + kWarp - 1) / kWarp);
+  run.warp_barriers.resize(warps);
+  run.warp_values.resize(warps);
+  BlockRun* outer = g_run;
+  g_run = &run;
+  for (unsigned bz = 0; bz < grid.z; ++bz) {
+    for (unsigned by = 0; by < grid.y; ++by) {
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        run.block_index = {bx, by, bz};
+        run.live = int(threads);
+        run.warp_live.assign(warps, 0);
+        run.block_barrier = {};
+        for (Barrier& b : run.warp_barriers) b = {};
+        for (size_t t = 0; t < threads; ++t) {
+          Fiber& f = run.fibers[t];
+          f.linear = int(t);
+          f.stack = pooled_stack(t);
+          f.idx = {unsigned(t % block.x), unsigned(t / block.x % block.y), unsigned(t / (size_t(block.x) * block.y))};
+          ++run.warp_live[t / kWarp];
+          start_fiber(f);
+        }
+        // One warp at a time, as far as it can go (to a __syncthreads or its end), warps in
+        // forward order in even blocks and reverse order in odd ones: a read that a missing
+        // __syncthreads leaves unordered then sees stale data in one of the two orders.
+        const bool reverse = (bx + by + bz) % 2 == 1;
+        while (run.live > 0) {
+          bool any = false;
+          for (int i = 0; i < warps; ++i) {
+            const int w = reverse ? warps - 1 - i : i;
+            const size_t first = size_t(w) * kWarp, last = std::min(threads, first + kWarp);
+            for (bool ran = true; ran;) {
+              ran = false;
+              for (size_t t = first; t < last; ++t) {
+                if (!runnable(run.fibers[t])) continue;
+                run.current = int(t);
+                strata_emu_switch(&run.scheduler_sp, run.fibers[t].sp);
+                ran = any = true;
+              }
+            }
+          }
+          if (!any) {
+            std::fprintf(stderr, "emulated kernel deadlocked: threads wait at a barrier that not all live threads reach "
+                                 "(block %u,%u,%u)\n", bx, by, bz);
+            std::abort();
+          }
+        }
+      }
+    }
+  }
+  g_run = outer;
+}
+
+}  // namespace strata::emu
+
+// ---- the CUDA runtime API, as far as the backend and the checks use it -------------------------
+
+extern "C" {
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t e = strata::emu::g_last_error;
+  strata::emu::g_last_error = cudaSuccess;
+  return e;
+}
+cudaError_t cudaPeekAtLastError() { return strata::emu::g_last_error; }
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument (emulated launch)";
+    case cudaErrorMemoryAllocation: return "out of memory (emulated)";
+    case cudaErrorInvalidValue: return "invalid argument (emulated)";
+    default: return "error (emulated)";
+  }
+}
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device != 0) return cudaErrorInvalidDevice;
+  std::memset(prop, 0, sizeof(*prop));
+  std::snprintf(prop->name, sizeof(prop->name), "CPU emulation of CUDA (strata emu)");
+  prop->major = 9;
+  prop->multiProcessorCount = 1;
+  prop->totalGlobalMem = size_t{8} << 30;
+  return cudaSuccess;
+}
+
+// "Device" memory is host memory: the budget is what the kernel says can be allocated.
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  size_t kib = 0, available = 0, all = 0;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") available = kib * 1024;
+    if (key == "MemTotal:") all = kib * 1024;
+  }
+  *free_bytes = available;
+  *total = all;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  *ptr = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+  return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFree(void* ptr) {
+  std::free(ptr);
+  return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) { return cudaMalloc(ptr, bytes); }
+cudaError_t cudaFreeHost(void* ptr) { return cudaFree(ptr); }
+
+// Synchronous calls are refused while a capture is open, as CUDA refuses them.
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+  if (strata::emu::capturing()) return cudaErrorStreamCaptureUnsupported;
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
+  strata::emu::submit([=] { std::memmove(dst, src, bytes); });
+  return cudaSuccess;
+}
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+  if (strata::emu::capturing()) return cudaErrorStreamCaptureUnsupported;
+  std::memset(ptr, value, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
+  strata::emu::submit([=] { std::memset(ptr, value, bytes); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() {
+  return strata::emu::capturing() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
+  *stream = nullptr;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, 0); }
+cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  return strata::emu::capturing() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
+  if (strata::emu::capturing()) return cudaErrorIllegalState;
+  strata::emu::g_capture = new strata::emu::Graph;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t* graph) {
+  if (!strata::emu::capturing()) return cudaErrorIllegalState;
+  *graph = reinterpret_cast<cudaGraph_t>(strata::emu::g_capture);
+  strata::emu::g_capture = nullptr;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  *exec = reinterpret_cast<cudaGraphExec_t>(new strata::emu::Graph(*reinterpret_cast<strata::emu::Graph*>(graph)));
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t) {
+  const auto* graph = reinterpret_cast<const strata::emu::Graph*>(exec);
+  strata::emu::submit([graph] {
+    for (const auto& work : graph->work) work();
+  });
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete reinterpret_cast<strata::emu::Graph*>(exec);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete reinterpret_cast<strata::emu::Graph*>(graph);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
+  *event = nullptr;
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) {
+  return strata::emu::capturing() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+
+cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int value) {
+  return value <= 227 * 1024 ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+}  // extern "C"

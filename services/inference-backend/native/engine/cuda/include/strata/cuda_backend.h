@@ -1,0 +1,73 @@
+// The CUDA model backend: a Llama-family forward pass on one GPU behind strata::ModelBackend,
+// so the same scheduler and block manager drive it as the CPU backend. Weights, activations and
+// the paged KV pool are in one dtype (bf16 by default; fp32 for the token-for-token checks
+// against the CPU backend); norms, softmax and accumulations run in fp32.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "strata/cuda_kernels.h"
+#include "strata/model_backend.h"
+
+namespace strata {
+
+struct CudaBackendOptions {
+  cuda::DType dtype = cuda::DType::kBF16;
+  int32_t device = 0;
+  // Tokens and sequences one forward may carry: the activation buffers are sized for them at
+  // load time, so a step never allocates (the engine's max_num_batched_tokens / max_num_seqs).
+  int32_t max_batch_tokens = 8192;
+  int32_t max_seqs = 256;
+  // Longest sequence a forward may attend over; 0 = the model's max_position_embeddings.
+  int32_t max_model_len = 0;
+  // Decode steps of up to max_graph_batch sequences replay CUDA graphs captured for batch sizes
+  // 1, 2, 4, ... when the KV pool is allocated; larger or prefill steps run eagerly.
+  bool cuda_graphs = true;
+  int32_t max_graph_batch = 256;
+};
+
+struct CudaLoadStats {
+  int64_t bytes = 0;         // read from the checkpoint
+  double seconds = 0.0;      // from opening the files to the last weight on the device
+  double gb_per_s() const { return seconds > 0.0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
+};
+
+class CudaBackend final : public ModelBackend {
+ public:
+  // A Hugging Face directory (config.json and safetensors in f32, bf16 or f16): every tensor is
+  // copied through pinned staging buffers to the device and converted there to options.dtype.
+  // Throws ModelError (STRATA_MODEL_CONFIG / STRATA_MODEL_WEIGHTS), cuda::CudaError, or
+  // ModelError(STRATA_OUT_OF_MEMORY) when the weights and buffers do not fit on the device.
+  CudaBackend(const std::filesystem::path& model_dir, CudaBackendOptions options = {});
+  ~CudaBackend() override;
+
+  const ModelConfig& config() const override;
+  int64_t kv_bytes_per_block(int32_t block_size) const override;
+  void allocate_kv(int32_t num_blocks, int32_t block_size) override;
+  // Throws ModelError(STRATA_BACKEND_INPUT) for a batch it cannot run (as the CPU backend, plus
+  // more tokens or sequences than the options allow).
+  void forward(const StepBatch& batch, float* logits) override;
+  void copy_block(int32_t src, int32_t dst) override;
+
+  // KV blocks that fit in `utilization` of the device's memory once the weights, the
+  // activation buffers and cuBLAS's workspace are in place (a profiling pass runs the largest
+  // GEMMs first so cuBLAS has made its own allocations). Throws ModelError(STRATA_OUT_OF_MEMORY)
+  // saying what takes the memory when not one block fits.
+  int32_t profile_kv_blocks(int32_t block_size, double utilization);
+
+  const CudaLoadStats& load_stats() const;
+  // Forward passes so far that replayed a CUDA graph, and that ran eagerly.
+  int64_t graph_steps() const;
+  int64_t eager_steps() const;
+  std::string device_name() const;
+  cuda::DType dtype() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata

@@ -1,0 +1,135 @@
+// The CUDA backend's kernels behind plain C++ launchers, so that callers need no CUDA header.
+// Every pointer is device memory; every launch goes on `stream`; a failed launch or a shape a
+// kernel does not support throws CudaError. Activations are row-major (tokens, features).
+//
+// KV cache, one layer: K and V each (num_blocks, num_kv_heads, block_size, head_dim) in the
+// model's dtype, so one block of one head is a contiguous block_size * head_dim slab. A token's
+// slot is block_id * block_size + offset in its block.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "strata/model_error.h"
+
+struct CUstream_st;
+
+namespace strata::cuda {
+
+using Stream = CUstream_st*;
+
+enum class DType : int32_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
+size_t dtype_size(DType dtype);
+const char* dtype_name(DType dtype);
+
+inline constexpr const char* kCudaErrorCode = "STRATA_CUDA_ERROR";
+
+class CudaError : public ModelError {
+ public:
+  explicit CudaError(const std::string& message) : ModelError(kCudaErrorCode, message) {}
+};
+
+// Throws CudaError "<what>: <CUDA's error string>" unless err is cudaSuccess (0).
+void check(int err, const char* what);
+// Throws CudaError naming `kernel` when its launch failed (cudaGetLastError).
+void check_launch(const char* kernel);
+
+// Head sizes the attention and RoPE kernels are compiled for.
+bool supported_head_dim(int32_t head_dim);
+
+// residual[t, :] = table[ids[t], :] as fp32. ids must be inside the table (the caller checks).
+void embedding_gather(DType dtype, const void* table, const int32_t* ids, int32_t n_tokens, int32_t hidden,
+                      float* residual, Stream stream);
+
+// dst[i] = src[i] converted between dtypes (round to nearest even), i < n: checkpoint tensors
+// into the model's dtype, logits to fp32.
+void convert(DType src_dtype, const void* src, DType dst_dtype, void* dst, int64_t n, Stream stream);
+
+// y[i, j] += bias[j] for i < m, j < n; y's rows are y_stride elements apart.
+void add_bias(DType dtype, void* y, int64_t y_stride, const void* bias, int32_t m, int32_t n, Stream stream);
+
+// dst[i, :] = src[rows[i], :] (width elements each; src rows src_stride apart, dst contiguous).
+void gather_rows(DType dtype, const void* src, int64_t src_stride, const int32_t* rows, int32_t n_rows, int32_t width,
+                 void* dst, Stream stream);
+
+// Pre-norm of a Llama block. When x is not null, residual += x first (x in dtype, residual
+// fp32). Then out = dtype(residual / rms(residual)) * weight, rounded to dtype as
+// transformers' LlamaRMSNorm does.
+void add_rms_norm(DType dtype, float* residual, const void* x, const void* weight, void* out, int32_t n_tokens,
+                  int32_t hidden, float eps, Stream stream);
+
+// out[t, i] = silu(gate_up[t, i]) * gate_up[t, intermediate + i]: the fused gate/up projection's
+// output (n_tokens, 2 * intermediate) to the down projection's input (n_tokens, intermediate).
+void silu_mul(DType dtype, const void* gate_up, void* out, int32_t n_tokens, int32_t intermediate, Stream stream);
+
+// RoPE (rotate-half pairs (i, i + head_dim/2), angle = float(position) * inv_freq[i]) applied
+// in place to q, and to k on its way into the cache; v goes into the cache as it is.
+struct RopeKvArgs {
+  DType dtype = DType::kBF16;
+  void* q = nullptr;              // (n_tokens, num_heads * head_dim), row stride q_stride elements
+  int64_t q_stride = 0;
+  const void* k = nullptr;        // (n_tokens, num_kv_heads * head_dim)
+  int64_t k_stride = 0;
+  const void* v = nullptr;
+  int64_t v_stride = 0;
+  const int32_t* positions = nullptr;  // (n_tokens)
+  const int32_t* slots = nullptr;      // (n_tokens); a negative slot skips the token's K/V write
+  const float* inv_freq = nullptr;     // (head_dim / 2)
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  int32_t n_tokens = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
+};
+void rope_write_kv(const RopeKvArgs& args, Stream stream);
+
+// Copies whole blocks (K and V of one layer): for each i, block dst[i] = block src[i].
+void copy_blocks(DType dtype, void* k_cache, void* v_cache, const int32_t* src, const int32_t* dst, int32_t n_pairs,
+                 int64_t block_elems, Stream stream);
+
+// One query token per sequence (decode) over its paged KV, split-K: the context is cut into
+// partitions of kDecodePartition tokens, each scored by its own thread block for every query
+// head of one KV head (GQA), then a second kernel merges the partitions' softmax statistics.
+inline constexpr int32_t kDecodePartition = 512;
+
+struct DecodeAttentionArgs {
+  DType dtype = DType::kBF16;
+  const void* q = nullptr;               // (n_seqs, num_heads * head_dim), row stride q_stride
+  int64_t q_stride = 0;
+  void* out = nullptr;                   // (n_seqs, num_heads * head_dim), row stride out_stride
+  int64_t out_stride = 0;
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
+  const int32_t* block_tables = nullptr; // (n_seqs, block_table_stride) block ids
+  int32_t block_table_stride = 0;
+  const int32_t* context_lens = nullptr; // (n_seqs) keys each query attends to, itself included; 0: out = 0
+  int32_t n_seqs = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
+  int32_t max_context = 0;               // >= every context_lens[i]; sizes the grid (fixed under a CUDA graph)
+  float scale = 1.0f;
+  float* workspace = nullptr;            // decode_attention_workspace_floats(...) floats
+};
+int64_t decode_attention_workspace_floats(int32_t n_seqs, int32_t num_heads, int32_t head_dim, int32_t max_context);
+void decode_attention(const DecodeAttentionArgs& args, Stream stream);
+
+// Causal attention for prompt chunks over paged KV (their own K/V already written by
+// rope_write_kv): query j of a slice sits at position start_pos + j and attends to keys
+// [0, start_pos + j]. Slices' query rows are concatenated in q and out.
+struct PrefillAttentionArgs {
+  DType dtype = DType::kBF16;
+  const void* q = nullptr;               // (total query rows, num_heads * head_dim)
+  int64_t q_stride = 0;
+  void* out = nullptr;
+  int64_t out_stride = 0;
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
+  const int32_t* block_tables = nullptr; // (n_slices, block_table_stride)
+  int32_t block_table_stride = 0;
+  const int32_t* query_start = nullptr;  // (n_slices + 1) first row of each slice; the last is the total
+  const int32_t* start_pos = nullptr;    // (n_slices) position of each slice's first query
+  int32_t n_slices = 0;
+  int32_t max_query_len = 0;             // >= every slice's row count; sizes the grid
+  int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
+  float scale = 1.0f;
+};
+void prefill_attention(const PrefillAttentionArgs& args, Stream stream);
+
+}  // namespace strata::cuda

@@ -1,0 +1,645 @@
+// Paged attention: decode (one query per sequence, split-K over the context) and prefill
+// (causal, a tile of queries per thread block, online softmax over key tiles). Both read K and V
+// straight from the paged cache through the block table; scores and accumulators are fp32.
+#include <mma.h>
+
+#include <algorithm>
+#include <string>
+
+#include "device_common.cuh"
+
+namespace strata::cuda {
+
+namespace {
+
+constexpr int kMaxGroup = 8;  // query heads per KV head the kernels are built for (Llama-3-70B: 8)
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw CudaError(what);
+}
+
+// 16 bytes of T as floats, unpacked from the loaded words with bit operations (taking the
+// address of the loaded vector would put it on the stack).
+__device__ __forceinline__ float low_half(uint32_t w, __nv_bfloat16*) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float high_half(uint32_t w, __nv_bfloat16*) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ float low_half(uint32_t w, __half*) { return __half2float(__ushort_as_half(w & 0xffffu)); }
+__device__ __forceinline__ float high_half(uint32_t w, __half*) { return __half2float(__ushort_as_half(w >> 16)); }
+
+template <typename T, int N>
+__device__ __forceinline__ void load_vec(const T* src, float (&dst)[N]) {
+  static_assert(N * sizeof(T) == 16, "16-byte loads");
+  const uint4 raw = *reinterpret_cast<const uint4*>(src);
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (sizeof(T) == 4) {
+      dst[i] = __uint_as_float(words[i]);
+    } else {
+      dst[2 * i] = low_half(words[i], static_cast<T*>(nullptr));
+      dst[2 * i + 1] = high_half(words[i], static_cast<T*>(nullptr));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decode. Grid (partitions, kv heads, sequences), kDecodeThreads threads. A thread group of
+// kLanes = head_dim / kVec consecutive lanes holds one token's key or value row (16 bytes a
+// lane), so the block works on kThreads / kLanes tokens at a time; scores go to shared memory,
+// then each group accumulates its tokens' values and the groups' partial sums are added.
+
+constexpr int kDecodeThreads = 128;
+
+template <typename T>
+struct DecodeParams {
+  const T* q;
+  int64_t q_stride;
+  T* out;
+  int64_t out_stride;
+  const T* k_cache;
+  const T* v_cache;
+  const int32_t* block_tables;
+  int32_t block_table_stride;
+  const int32_t* context_lens;
+  int32_t num_heads, num_kv_heads, block_size, max_partitions;
+  float scale;
+  float* ws_max;  // (n_seqs, num_heads, max_partitions)
+  float* ws_sum;  // same
+  float* ws_out;  // (n_seqs, num_heads, max_partitions, head_dim)
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kDecodeThreads) decode_partition_kernel(DecodeParams<T> p) {
+  constexpr int kVec = 16 / sizeof(T);
+  constexpr int kLanes = D / kVec;  // lanes per token row; a power of two <= 32
+  constexpr int kGroups = kDecodeThreads / kLanes;
+  static_assert(kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "head_dim / vec must be 1..32, 2^n");
+
+  __shared__ float scores[kMaxGroup][kDecodePartition];
+  __shared__ float reduce_buf[kGroups * D];
+  __shared__ float stat_max[kMaxGroup], stat_sum[kMaxGroup];
+
+  const int32_t seq = blockIdx.z, kv_head = blockIdx.y, partition = blockIdx.x;
+  // A context over max_context (a broken precondition) is cut rather than overrunning the workspace.
+  const int32_t context = min(p.context_lens[seq], p.max_partitions * kDecodePartition);
+  const int32_t first = partition * kDecodePartition;
+  if (first >= context) return;  // this sequence needs fewer partitions (reduce reads only its own)
+  const int32_t last = min(context, first + kDecodePartition);
+  const int32_t n = last - first;
+  const int32_t group = p.num_heads / p.num_kv_heads;
+  const int32_t num_partitions = (context + kDecodePartition - 1) / kDecodePartition;
+
+  const int tid = threadIdx.x, token_group = tid / kLanes, lane = tid % kLanes;
+  const int32_t* table = p.block_tables + int64_t{seq} * p.block_table_stride;
+  const int64_t head_stride = int64_t{p.block_size} * D;  // one head's slab inside a block
+  const int64_t block_stride = head_stride * p.num_kv_heads;
+
+  // This lane's slice of every query head of the group, pre-scaled.
+  float q[kMaxGroup][kVec];
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    if (g < group) {
+      load_vec(p.q + int64_t{seq} * p.q_stride + int64_t{kv_head * group + g} * D + lane * kVec, q[g]);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) q[g][i] *= p.scale;
+    }
+  }
+
+  // Scores. Every lane of a warp runs the same iterations (the shuffles need all 32).
+  for (int32_t base = first; base < last; base += kGroups) {
+    const int32_t t = base + token_group;
+    const bool valid = t < last;
+    float k[kVec];
+    if (valid) {
+      const int64_t block = table[t / p.block_size];
+      load_vec(p.k_cache + block * block_stride + kv_head * head_stride + int64_t{t % p.block_size} * D + lane * kVec, k);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) k[i] = 0.0f;
+    }
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g < group) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) dot += q[g][i] * k[i];
+#pragma unroll
+        for (int offset = kLanes / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+        if (valid && lane == 0) scores[g][t - first] = dot;
+      }
+    }
+  }
+  __syncthreads();
+
+  // Softmax statistics of this partition, one warp per query head.
+  const int warp = tid / 32, wlane = tid % 32;
+  for (int g = warp; g < group; g += kDecodeThreads / 32) {
+    float m = -INFINITY;
+    for (int32_t i = wlane; i < n; i += 32) m = fmaxf(m, scores[g][i]);
+    m = warp_max(m);
+    float sum = 0.0f;
+    for (int32_t i = wlane; i < n; i += 32) {
+      const float e = expf(scores[g][i] - m);
+      scores[g][i] = e;
+      sum += e;
+    }
+    sum = warp_sum(sum);
+    if (wlane == 0) {
+      stat_max[g] = m;
+      stat_sum[g] = sum;
+    }
+  }
+  __syncthreads();
+
+  // Weighted values: each group sums its tokens for its kVec dims of every query head.
+  float acc[kMaxGroup][kVec] = {};
+  for (int32_t t = first + token_group; t < last; t += kGroups) {
+    const int64_t block = table[t / p.block_size];
+    float v[kVec];
+    load_vec(p.v_cache + block * block_stride + kv_head * head_stride + int64_t{t % p.block_size} * D + lane * kVec, v);
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g < group) {
+        const float w = scores[g][t - first];
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) acc[g][i] += w * v[i];
+      }
+    }
+  }
+
+  // Add the groups' partial sums, one query head at a time, and write them out.
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    if (g < group) {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) reduce_buf[token_group * D + lane * kVec + i] = acc[g][i];
+      __syncthreads();
+      const int32_t head = kv_head * group + g;
+      for (int d = tid; d < D; d += kDecodeThreads) {
+        float total = 0.0f;
+        for (int r = 0; r < kGroups; ++r) total += reduce_buf[r * D + d];
+        if (num_partitions == 1) {
+          p.out[int64_t{seq} * p.out_stride + int64_t{head} * D + d] = from_float<T>(total / stat_sum[g]);
+        } else {
+          const int64_t at = (int64_t{seq} * p.num_heads + head) * p.max_partitions + partition;
+          p.ws_out[at * D + d] = total;
+          if (d == 0) {
+            p.ws_max[at] = stat_max[g];
+            p.ws_sum[at] = stat_sum[g];
+          }
+        }
+      }
+      __syncthreads();  // reduce_buf is reused by the next head
+    }
+  }
+}
+
+// Merges a sequence's partitions for one query head: out = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) l_p.
+template <typename T, int D>
+__global__ void __launch_bounds__(kDecodeThreads) decode_reduce_kernel(DecodeParams<T> p) {
+  extern __shared__ float weights[];  // (max_partitions) e^(m_p - M)
+  __shared__ float scratch[32];
+  const int32_t seq = blockIdx.y, head = blockIdx.x;
+  const int32_t context = min(p.context_lens[seq], p.max_partitions * kDecodePartition);
+  T* out = p.out + int64_t{seq} * p.out_stride + int64_t{head} * D;
+  if (context <= 0) {  // nothing to attend to: a padding row
+    for (int d = threadIdx.x; d < D; d += blockDim.x) out[d] = from_float<T>(0.0f);
+    return;
+  }
+  const int32_t num_partitions = (context + kDecodePartition - 1) / kDecodePartition;
+  if (num_partitions == 1) return;  // the partition kernel wrote the output itself
+  const int64_t base = (int64_t{seq} * p.num_heads + head) * p.max_partitions;
+
+  float m = -INFINITY;
+  for (int32_t i = threadIdx.x; i < num_partitions; i += blockDim.x) m = fmaxf(m, p.ws_max[base + i]);
+  m = warp_max(m);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = m;
+  __syncthreads();
+  m = threadIdx.x % 32 < blockDim.x / 32 ? scratch[threadIdx.x % 32] : -INFINITY;
+  m = warp_max(m);  // every warp reduces the same values, so every thread has the block's max
+
+  float l = 0.0f;
+  for (int32_t i = threadIdx.x; i < num_partitions; i += blockDim.x) {
+    const float w = expf(p.ws_max[base + i] - m);
+    weights[i] = w;
+    l += w * p.ws_sum[base + i];
+  }
+  l = block_sum(l, scratch);  // its barriers also publish `weights`
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float total = 0.0f;
+    for (int32_t i = 0; i < num_partitions; ++i) total += weights[i] * p.ws_out[(base + i) * D + d];
+    out[d] = from_float<T>(total / l);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prefill. Grid (query tiles, query heads, slices), 128 threads = 4 warps of 8 query rows each.
+// Per key tile: K and V rows go to shared memory (K padded against bank conflicts), lane j
+// scores key j for the warp's rows, an online softmax rescales, then lanes own head dims of the
+// output rows. fp32 on CUDA cores: correct first; the tensor-core version comes with the GPU.
+
+constexpr int kPrefillThreads = 128;
+constexpr int kPrefillQueries = 32;  // query rows per block
+constexpr int kPrefillKeys = 32;     // keys per tile: one per lane
+constexpr int kRowsPerWarp = kPrefillQueries / (kPrefillThreads / 32);
+
+template <typename T>
+struct PrefillParams {
+  const T* q;
+  int64_t q_stride;
+  T* out;
+  int64_t out_stride;
+  const T* k_cache;
+  const T* v_cache;
+  const int32_t* block_tables;
+  int32_t block_table_stride;
+  const int32_t* query_start;
+  const int32_t* start_pos;
+  int32_t num_heads, num_kv_heads, block_size;
+  float scale;
+};
+
+template <int D>
+constexpr size_t prefill_shared_bytes() {
+  return sizeof(float) * (kPrefillQueries * D + kPrefillKeys * (D + 1) + kPrefillKeys * D +
+                          kPrefillQueries * kPrefillKeys);
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(PrefillParams<T> p) {
+  extern __shared__ float smem[];
+  float* qs = smem;                               // (queries, D), pre-scaled
+  float* ks = qs + kPrefillQueries * D;           // (keys, D + 1)
+  float* vs = ks + kPrefillKeys * (D + 1);        // (keys, D)
+  float* ps = vs + kPrefillKeys * D;              // (queries, keys) probabilities of this tile
+
+  const int32_t slice = blockIdx.z, head = blockIdx.y;
+  const int32_t row0 = p.query_start[slice];
+  const int32_t n = p.query_start[slice + 1] - row0;
+  const int32_t tile_first = blockIdx.x * kPrefillQueries;
+  if (tile_first >= n) return;
+  const int32_t tile_rows = min(kPrefillQueries, n - tile_first);
+  const int32_t start = p.start_pos[slice];
+  const int32_t kv_head = head / (p.num_heads / p.num_kv_heads);
+  const int32_t* table = p.block_tables + int64_t{slice} * p.block_table_stride;
+  const int64_t head_stride = int64_t{p.block_size} * D;
+  const int64_t block_stride = head_stride * p.num_kv_heads;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  for (int i = tid; i < kPrefillQueries * D; i += kPrefillThreads) {
+    const int r = i / D, d = i % D;
+    qs[i] = r < tile_rows
+                ? to_float(p.q[int64_t{row0 + tile_first + r} * p.q_stride + int64_t{head} * D + d]) * p.scale
+                : 0.0f;
+  }
+
+  constexpr int kDimsPerLane = D >= 32 ? D / 32 : 1;
+  float acc[kRowsPerWarp][kDimsPerLane] = {};
+  float row_max[kRowsPerWarp], row_sum[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    row_max[r] = -INFINITY;
+    row_sum[r] = 0.0f;
+  }
+
+  // Keys up to the tile's last query position, inclusive.
+  const int32_t kv_end = start + tile_first + tile_rows;
+  for (int32_t kv_first = 0; kv_first < kv_end; kv_first += kPrefillKeys) {
+    __syncthreads();  // the previous tile's ks/vs are no longer read (and qs is written)
+    for (int i = tid; i < kPrefillKeys * D; i += kPrefillThreads) {
+      const int j = i / D, d = i % D;
+      const int32_t t = kv_first + j;
+      float kval = 0.0f, vval = 0.0f;
+      if (t < kv_end) {
+        const int64_t at = int64_t{table[t / p.block_size]} * block_stride + kv_head * head_stride +
+                           int64_t{t % p.block_size} * D + d;
+        kval = to_float(p.k_cache[at]);
+        vval = to_float(p.v_cache[at]);
+      }
+      ks[j * (D + 1) + d] = kval;
+      vs[j * D + d] = vval;
+    }
+    __syncthreads();
+
+    const int32_t key = kv_first + lane;
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int row = warp * kRowsPerWarp + r;
+      // Query `row` sits at position start + tile_first + row; rows past the slice see nothing.
+      const int32_t position = row < tile_rows ? start + tile_first + row : -1;
+      float s = -INFINITY;
+      if (key <= position) {
+        float dot = 0.0f;
+#pragma unroll 8
+        for (int d = 0; d < D; ++d) dot += qs[row * D + d] * ks[lane * (D + 1) + d];
+        s = dot;
+      }
+      const float tile_max = warp_max(s);
+      const float new_max = fmaxf(row_max[r], tile_max);
+      // No key seen yet for this row (only rows past the slice): keep everything at zero.
+      const float shift = new_max == -INFINITY ? 0.0f : new_max;
+      const float prob = expf(s - shift);  // exp(-inf) = 0 for masked keys
+      const float rescale = expf(row_max[r] - shift);
+      row_sum[r] = row_sum[r] * rescale + warp_sum(prob);
+      row_max[r] = new_max;
+      ps[row * kPrefillKeys + lane] = prob;
+#pragma unroll
+      for (int i = 0; i < kDimsPerLane; ++i) acc[r][i] *= rescale;
+    }
+    __syncwarp();  // the warp's ps rows are complete
+
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int row = warp * kRowsPerWarp + r;
+#pragma unroll
+      for (int i = 0; i < kDimsPerLane; ++i) {
+        const int d = lane + 32 * i;
+        if (d < D) {
+          float total = 0.0f;
+#pragma unroll 8
+          for (int j = 0; j < kPrefillKeys; ++j) total += ps[row * kPrefillKeys + j] * vs[j * D + d];
+          acc[r][i] += total;
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int row = warp * kRowsPerWarp + r;
+    if (row >= tile_rows) continue;
+    T* o = p.out + int64_t{row0 + tile_first + row} * p.out_stride + int64_t{head} * D;
+#pragma unroll
+    for (int i = 0; i < kDimsPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < D) o[d] = from_float<T>(acc[r][i] / row_sum[r]);
+    }
+  }
+}
+
+// Prefill on tensor cores (bf16/fp16, head_dim a multiple of 16): the same online softmax, with
+// Q·Kᵀ and P·V as WMMA 16×16×16 products accumulated in fp32. Grid (query tiles of 64,
+// query heads, slices), 4 warps of 16 query rows each. Per key tile the block stages K and V
+// in shared memory; each warp scores its rows into shared memory, rescales its fp32 output
+// rows there (the accumulator's register layout is opaque) and adds P·V. P is rounded to the
+// dtype before the second product, as flash attention does.
+constexpr int kMmaWarps = 4;
+constexpr int kMmaQueries = 16 * kMmaWarps;
+constexpr int kMmaKeys = 32;
+
+template <typename T, int D>
+constexpr size_t prefill_mma_shared_bytes() {
+  return sizeof(T) * (kMmaQueries * D + 2 * kMmaKeys * D + kMmaQueries * kMmaKeys) +
+         sizeof(float) * (kMmaQueries * kMmaKeys + kMmaQueries * D + 2 * kMmaQueries);
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kMmaWarps * 32) prefill_mma_kernel(PrefillParams<T> p) {
+  namespace wmma = nvcuda::wmma;
+  static_assert(D % 16 == 0, "WMMA tiles are 16 wide");
+  extern __shared__ float4 smem4[];
+  // Every region starts on a multiple of 32 bytes, as WMMA loads and stores need.
+  T* qs = reinterpret_cast<T*>(smem4);            // (64 queries, D)
+  T* ks = qs + kMmaQueries * D;                   // (32 keys, D)
+  T* vs = ks + kMmaKeys * D;                      // (32 keys, D)
+  T* ps = vs + kMmaKeys * D;                      // (64 queries, 32 keys) probabilities
+  float* ss = reinterpret_cast<float*>(ps + kMmaQueries * kMmaKeys);  // (64, 32) scores
+  float* os = ss + kMmaQueries * kMmaKeys;        // (64, D) unnormalised output
+  float* row_max = os + kMmaQueries * D;          // (64)
+  float* row_sum = row_max + kMmaQueries;         // (64)
+
+  const int32_t slice = blockIdx.z, head = blockIdx.y;
+  const int32_t row0 = p.query_start[slice];
+  const int32_t n = p.query_start[slice + 1] - row0;
+  const int32_t tile_first = blockIdx.x * kMmaQueries;
+  if (tile_first >= n) return;
+  const int32_t tile_rows = min(kMmaQueries, n - tile_first);
+  const int32_t start = p.start_pos[slice];
+  const int32_t kv_head = head / (p.num_heads / p.num_kv_heads);
+  const int32_t* table = p.block_tables + int64_t{slice} * p.block_table_stride;
+  const int64_t head_stride = int64_t{p.block_size} * D;
+  const int64_t block_stride = head_stride * p.num_kv_heads;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  for (int i = tid; i < kMmaQueries * D; i += blockDim.x) {
+    const int r = i / D, d = i % D;
+    qs[i] = r < tile_rows ? p.q[int64_t{row0 + tile_first + r} * p.q_stride + int64_t{head} * D + d] : from_float<T>(0.0f);
+    os[i] = 0.0f;
+  }
+  for (int r = tid; r < kMmaQueries; r += blockDim.x) {
+    row_max[r] = -INFINITY;
+    row_sum[r] = 0.0f;
+  }
+
+  // This warp's rows; the keys any of them may see end at its last row's position.
+  const int32_t warp_first = warp * 16;
+  const int32_t warp_last_position = start + tile_first + min(warp_first + 15, tile_rows - 1);
+  T* pw = ps + warp_first * kMmaKeys;
+  float* sw = ss + warp_first * kMmaKeys;
+  float* ow = os + warp_first * D;
+
+  const int32_t kv_end = start + tile_first + tile_rows;  // keys up to the tile's last query, inclusive
+  for (int32_t kv_first = 0; kv_first < kv_end; kv_first += kMmaKeys) {
+    __syncthreads();  // the previous tile's ks/vs are read by every warp (and qs/os written)
+    for (int i = tid; i < kMmaKeys * D; i += blockDim.x) {
+      const int j = i / D, d = i % D;
+      const int32_t t = kv_first + j;
+      if (t < kv_end) {
+        const int64_t at = int64_t{table[t / p.block_size]} * block_stride + kv_head * head_stride +
+                           int64_t{t % p.block_size} * D + d;
+        ks[i] = p.k_cache[at];
+        vs[i] = p.v_cache[at];
+      } else {
+        ks[i] = from_float<T>(0.0f);
+        vs[i] = from_float<T>(0.0f);
+      }
+    }
+    __syncthreads();
+    // A warp whose rows are all past the slice, or all before this key tile, has nothing to add.
+    if (warp_first >= tile_rows || kv_first > warp_last_position) continue;
+
+    // Scores: (16, 32) = Q_w (16, D) · Kᵀ (D, 32).
+    for (int n0 = 0; n0 < kMmaKeys; n0 += 16) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+      for (int k0 = 0; k0 < D; k0 += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
+        wmma::load_matrix_sync(a, qs + warp_first * D + k0, D);
+        wmma::load_matrix_sync(b, ks + n0 * D + k0, D);  // column j of Kᵀ is key j's row
+        wmma::mma_sync(acc, a, b, acc);
+      }
+      wmma::store_matrix_sync(sw + n0, acc, kMmaKeys, wmma::mem_row_major);
+    }
+    __syncwarp();
+
+    // Online softmax: two lanes per row, 16 keys each; the pair combines with one shuffle.
+    {
+      const int r = lane / 2, half = lane % 2;
+      const int32_t row = warp_first + r;
+      const int32_t position = row < tile_rows ? start + tile_first + row : -1;
+      float s[16];
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int c = 0; c < 16; ++c) {
+        const int32_t key = kv_first + half * 16 + c;
+        s[c] = key <= position ? sw[r * kMmaKeys + half * 16 + c] * p.scale : -INFINITY;
+        tile_max = fmaxf(tile_max, s[c]);
+      }
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+      const float old_max = row_max[row];
+      const float new_max = fmaxf(old_max, tile_max);
+      const float shift = new_max == -INFINITY ? 0.0f : new_max;
+      const float rescale = expf(old_max - shift);
+      float sum = 0.0f;
+#pragma unroll
+      for (int c = 0; c < 16; ++c) {
+        const float e = expf(s[c] - shift);
+        sum += e;
+        pw[r * kMmaKeys + half * 16 + c] = from_float<T>(e);
+      }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      for (int d = half * (D / 2); d < (half + 1) * (D / 2); ++d) ow[r * D + d] *= rescale;
+      __syncwarp();  // both lanes of the row have read row_max before it changes
+      if (half == 0) {
+        row_max[row] = new_max;
+        row_sum[row] = row_sum[row] * rescale + sum;
+      }
+    }
+    __syncwarp();
+
+    // Output: (16, D) += P_w (16, 32) · V (32, D), through the fp32 rows in shared memory.
+    for (int n0 = 0; n0 < D; n0 += 16) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::load_matrix_sync(acc, ow + n0, D, wmma::mem_row_major);
+      for (int k0 = 0; k0 < kMmaKeys; k0 += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
+        wmma::load_matrix_sync(a, pw + k0, kMmaKeys);
+        wmma::load_matrix_sync(b, vs + k0 * D + n0, D);
+        wmma::mma_sync(acc, a, b, acc);
+      }
+      wmma::store_matrix_sync(ow + n0, acc, D, wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+  __syncthreads();
+
+  for (int i = tid; i < tile_rows * D; i += blockDim.x) {
+    const int r = i / D, d = i % D;
+    p.out[int64_t{row0 + tile_first + r} * p.out_stride + int64_t{head} * D + d] = from_float<T>(os[i] / row_sum[r]);
+  }
+}
+
+// Calls f.template operator()<D>() for a supported head_dim.
+template <typename F>
+void dispatch_head_dim(int32_t head_dim, F&& f) {
+  switch (head_dim) {
+    case 8: f.template operator()<8>(); return;
+    case 16: f.template operator()<16>(); return;
+    case 32: f.template operator()<32>(); return;
+    case 64: f.template operator()<64>(); return;
+    case 128: f.template operator()<128>(); return;
+    case 256: f.template operator()<256>(); return;
+  }
+  throw CudaError("attention: head_dim " + std::to_string(head_dim) + " is not supported (8, 16, 32, 64, 128, 256)");
+}
+
+void check_heads(const char* kernel, int32_t num_heads, int32_t num_kv_heads, int32_t block_size) {
+  require(num_heads > 0 && num_kv_heads > 0 && num_heads % num_kv_heads == 0 && block_size > 0,
+          std::string(kernel) + ": num_heads must be a positive multiple of num_kv_heads, block_size > 0");
+  require(num_heads / num_kv_heads <= kMaxGroup, std::string(kernel) + ": at most " + std::to_string(kMaxGroup) +
+                                                     " query heads per KV head (got " +
+                                                     std::to_string(num_heads / num_kv_heads) + ")");
+}
+
+}  // namespace
+
+bool supported_head_dim(int32_t head_dim) {
+  switch (head_dim) {
+    case 8: case 16: case 32: case 64: case 128: case 256: return true;
+    default: return false;
+  }
+}
+
+int64_t decode_attention_workspace_floats(int32_t n_seqs, int32_t num_heads, int32_t head_dim, int32_t max_context) {
+  const int64_t partitions = (int64_t{std::max(max_context, 1)} + kDecodePartition - 1) / kDecodePartition;
+  return int64_t{n_seqs} * num_heads * partitions * (2 + head_dim);
+}
+
+void decode_attention(const DecodeAttentionArgs& a, Stream stream) {
+  check_heads("decode_attention", a.num_heads, a.num_kv_heads, a.block_size);
+  require(a.n_seqs >= 0 && a.max_context >= 0 && a.n_seqs <= 65535,
+          "decode_attention: n_seqs in 0..65535 and max_context >= 0");
+  if (a.n_seqs == 0) return;
+  const int32_t max_partitions = std::max<int32_t>(1, (a.max_context + kDecodePartition - 1) / kDecodePartition);
+  require(max_partitions == 1 || a.workspace != nullptr, "decode_attention: a context over one partition needs a workspace");
+  const int64_t vec = 16 / static_cast<int64_t>(dtype_size(a.dtype));
+  require(a.q_stride % vec == 0 && a.head_dim % vec == 0,
+          "decode_attention: q_stride and head_dim must be multiples of 16 bytes (16-byte loads)");
+  dispatch_dtype(a.dtype, [&]<typename T>() {
+    const int64_t head_floats = int64_t{a.n_seqs} * a.num_heads * max_partitions;
+    DecodeParams<T> p{static_cast<const T*>(a.q), a.q_stride, static_cast<T*>(a.out), a.out_stride,
+                      static_cast<const T*>(a.k_cache), static_cast<const T*>(a.v_cache), a.block_tables,
+                      a.block_table_stride, a.context_lens, a.num_heads, a.num_kv_heads, a.block_size,
+                      max_partitions, a.scale, a.workspace, a.workspace ? a.workspace + head_floats : nullptr,
+                      a.workspace ? a.workspace + 2 * head_floats : nullptr};
+    dispatch_head_dim(a.head_dim, [&]<int D>() {
+      constexpr int lanes = D / static_cast<int>(16 / sizeof(T));
+      if constexpr (lanes >= 1 && lanes <= 32) {
+        decode_partition_kernel<T, D><<<dim3(max_partitions, a.num_kv_heads, a.n_seqs), kDecodeThreads, 0, stream>>>(p);
+        check_launch("decode_attention (partitions)");
+        decode_reduce_kernel<T, D><<<dim3(a.num_heads, a.n_seqs), kDecodeThreads, sizeof(float) * max_partitions,
+                                     stream>>>(p);
+        check_launch("decode_attention (reduce)");
+      } else {
+        throw CudaError("decode_attention: head_dim " + std::to_string(D) + " in " + dtype_name(a.dtype) +
+                        " is not 1 to 32 16-byte vectors");
+      }
+    });
+  });
+}
+
+void prefill_attention(const PrefillAttentionArgs& a, Stream stream) {
+  check_heads("prefill_attention", a.num_heads, a.num_kv_heads, a.block_size);
+  require(a.n_slices >= 0 && a.max_query_len >= 0 && a.n_slices <= 65535 && a.num_heads <= 65535,
+          "prefill_attention: n_slices and num_heads in 0..65535, max_query_len >= 0");
+  if (a.n_slices == 0 || a.max_query_len == 0) return;
+  dispatch_dtype(a.dtype, [&]<typename T>() {
+    PrefillParams<T> p{static_cast<const T*>(a.q), a.q_stride, static_cast<T*>(a.out), a.out_stride,
+                       static_cast<const T*>(a.k_cache), static_cast<const T*>(a.v_cache), a.block_tables,
+                       a.block_table_stride, a.query_start, a.start_pos, a.num_heads, a.num_kv_heads,
+                       a.block_size, a.scale};
+    dispatch_head_dim(a.head_dim, [&]<int D>() {
+      if constexpr (!std::is_same_v<T, float> && D % 16 == 0) {
+        constexpr size_t shared = prefill_mma_shared_bytes<T, D>();
+        static const bool opted_in = [] {
+          check(cudaFuncSetAttribute(reinterpret_cast<const void*>(&prefill_mma_kernel<T, D>),
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
+                "prefill_attention: raising the shared-memory limit (tensor cores)");
+          return true;
+        }();
+        (void)opted_in;
+        const unsigned tiles = blocks_for(a.max_query_len, kMmaQueries);
+        prefill_mma_kernel<T, D><<<dim3(tiles, a.num_heads, a.n_slices), kMmaWarps * 32, shared, stream>>>(p);
+        check_launch("prefill_attention (tensor cores)");
+        return;
+      }
+      constexpr size_t shared = prefill_shared_bytes<D>();
+      // Over 48 KB of dynamic shared memory needs an opt-in per kernel (head_dim 128: 49.5 KB).
+      static const bool opted_in = [] {
+        check(cudaFuncSetAttribute(reinterpret_cast<const void*>(&prefill_kernel<T, D>),
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(shared)),
+              "prefill_attention: raising the shared-memory limit");
+        return true;
+      }();
+      (void)opted_in;
+      const unsigned tiles = blocks_for(a.max_query_len, kPrefillQueries);
+      prefill_kernel<T, D><<<dim3(tiles, a.num_heads, a.n_slices), kPrefillThreads, shared, stream>>>(p);
+      check_launch("prefill_attention");
+    });
+  });
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,776 @@
+#include "strata/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "rope.h"
+#include "strata/cuda_gemm.h"
+#include "strata/model_config.h"
+#include "strata/model_error.h"
+#include "strata/model_weights.h"
+#include "strata/safetensors.h"
+#include "tensor_slots.h"
+
+namespace strata {
+
+namespace {
+
+using cuda::DType;
+
+[[noreturn]] void bad_input(const std::string& message) { throw ModelError(model_error_code::kBackendInput, message); }
+
+std::string mib(int64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; }
+
+// One cudaMalloc, freed on destruction; a failure names what it was for and what is free.
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  DeviceMemory(size_t bytes, const std::string& what) : bytes_(bytes) {
+    if (bytes == 0) return;
+    if (cudaMalloc(&ptr_, bytes) != cudaSuccess) {
+      cudaGetLastError();  // the failed allocation's error must not surface at the next launch check
+      size_t free_bytes = 0, total = 0;
+      cudaMemGetInfo(&free_bytes, &total);
+      ptr_ = nullptr;
+      throw ModelError(model_error_code::kOutOfMemory, "cannot allocate " + mib(int64_t(bytes)) + " on the GPU for " +
+                                                           what + " (" + mib(int64_t(free_bytes)) + " free of " +
+                                                           mib(int64_t(total)) + ")");
+    }
+  }
+  DeviceMemory(DeviceMemory&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; }
+  DeviceMemory& operator=(DeviceMemory&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  ~DeviceMemory() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  template <typename T = void>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Pinned host memory for the step's inputs and the logits, so the copies are asynchronous.
+class PinnedMemory {
+ public:
+  PinnedMemory() = default;
+  explicit PinnedMemory(size_t bytes) { cuda::check(cudaMallocHost(&ptr_, std::max<size_t>(bytes, 1)), "cudaMallocHost"); }
+  PinnedMemory(PinnedMemory&& o) noexcept : ptr_(o.ptr_) { o.ptr_ = nullptr; }
+  PinnedMemory& operator=(PinnedMemory&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    return *this;
+  }
+  ~PinnedMemory() {
+    if (ptr_) cudaFreeHost(ptr_);
+  }
+  template <typename T = void>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+DType checkpoint_dtype(const TensorInfo& t) {
+  if (t.dtype == "F32") return DType::kF32;
+  if (t.dtype == "BF16") return DType::kBF16;
+  if (t.dtype == "F16") return DType::kF16;
+  throw ModelError(model_error_code::kWeights, "tensor \"" + t.name + "\" in " + t.file->path().string() + " is " +
+                                                   t.dtype + "; the CUDA backend reads F32, BF16 and F16");
+}
+
+struct CudaLayer {
+  void* input_norm;
+  void* qkv;       // (q_dim + 2 kv_dim, hidden): q rows, k rows, v rows
+  void* qkv_bias;  // (q_dim + 2 kv_dim) or null
+  void* o_proj;    // (hidden, q_dim)
+  void* o_bias;    // (hidden) or null
+  void* post_norm;
+  void* gate_up;   // (2 intermediate, hidden): gate rows, then up rows
+  void* down;      // (hidden, intermediate)
+};
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  ModelConfig config;
+  CudaBackendOptions options;
+  DType dtype;
+  size_t esize;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<cuda::Gemm> gemm;
+  CudaLoadStats load;
+  std::string device;
+
+  int64_t hidden = 0, q_dim = 0, kv_dim = 0, qkv_dim = 0, inter = 0, vocab = 0;
+  int32_t max_len = 0, max_blocks_per_seq = 0;
+
+  DeviceMemory weight_memory;  // every weight, one allocation
+  void* embed = nullptr;
+  void* final_norm = nullptr;
+  void* lm_head = nullptr;     // embed when tied
+  std::vector<CudaLayer> layers;
+  DeviceMemory inv_freq;       // (head_dim / 2) fp32
+
+  // Activations for max_batch_tokens rows.
+  DeviceMemory residual, normed, qkv, attn, gate_up, act, proj;
+  DeviceMemory logits_rows, logits_out, logits_f32, workspace;
+  // The step's integer inputs, one block uploaded with one copy (layout in upload_step).
+  DeviceMemory step_ints;
+  PinnedMemory step_host, logits_host;
+  size_t step_ints_capacity = 0;  // int32 elements
+
+  DeviceMemory kv_memory;
+  int32_t num_blocks = 0, block_size = 0;
+  int64_t block_elems = 0;     // one block of one layer, K or V: kv heads x block_size x head_dim
+
+  ~Impl() {
+    destroy_graphs();
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  void* k_cache(int32_t layer) const {
+    return kv_memory.as<char>() + (int64_t{layer} * 2) * num_blocks * block_elems * int64_t(esize);
+  }
+  void* v_cache(int32_t layer) const {
+    return kv_memory.as<char>() + (int64_t{layer} * 2 + 1) * num_blocks * block_elems * int64_t(esize);
+  }
+  void* row(void* base, int64_t r, int64_t width) const {
+    return static_cast<char*>(base) + r * width * int64_t(esize);
+  }
+
+  Impl(const std::filesystem::path& model_dir, CudaBackendOptions opts) : options(opts), dtype(opts.dtype) {
+    const auto started = std::chrono::steady_clock::now();
+    config = load_model_config(model_dir);
+    esize = cuda::dtype_size(dtype);
+    hidden = config.hidden_size;
+    q_dim = int64_t{config.num_heads} * config.head_dim;
+    kv_dim = int64_t{config.num_kv_heads} * config.head_dim;
+    qkv_dim = q_dim + 2 * kv_dim;
+    inter = config.intermediate_size;
+    vocab = config.vocab_size;
+    max_len = options.max_model_len > 0 ? options.max_model_len : config.max_position_embeddings;
+    if (!cuda::supported_head_dim(config.head_dim)) {
+      throw ModelError(model_error_code::kConfig, "head_dim " + std::to_string(config.head_dim) +
+                                                      " is not one the CUDA kernels are built for (8, 16, 32, 64, 128, 256)");
+    }
+    if (options.max_batch_tokens <= 0 || options.max_seqs <= 0 || max_len <= 0) {
+      throw ModelError(model_error_code::kConfig, "the CUDA backend needs max_batch_tokens, max_seqs and max_model_len > 0");
+    }
+
+    int count = 0;
+    const cudaError_t found = cudaGetDeviceCount(&count);
+    if (found != cudaSuccess || count == 0) {
+      cudaGetLastError();
+      throw cuda::CudaError(std::string("no CUDA device: ") +
+                            (found != cudaSuccess ? cudaGetErrorString(found) : "the driver reports 0 devices"));
+    }
+    if (options.device < 0 || options.device >= count) {
+      throw cuda::CudaError("CUDA device " + std::to_string(options.device) + " does not exist (" +
+                            std::to_string(count) + " devices)");
+    }
+    cuda::check(cudaSetDevice(options.device), "cudaSetDevice");
+    cudaDeviceProp prop{};
+    cuda::check(cudaGetDeviceProperties(&prop, options.device), "cudaGetDeviceProperties");
+    device = prop.name;
+    cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    gemm = std::make_unique<cuda::Gemm>();
+
+    load_weights(model_dir);
+    Rope rope(config);  // inv_freq exactly as the CPU backend computes it
+    inv_freq = DeviceMemory(sizeof(float) * rope.inv_freq().size(), "RoPE frequencies");
+    cuda::check(cudaMemcpy(inv_freq.as(), rope.inv_freq().data(), inv_freq.bytes(), cudaMemcpyHostToDevice),
+                "copying RoPE frequencies");
+    allocate_activations();
+    load.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  }
+
+  // Lays every weight out in one device allocation (q/k/v and gate/up fused by rows), then
+  // streams the checkpoint through two pinned buffers: while one chunk is copied to the device
+  // and converted, the next is read from the mapping.
+  void load_weights(const std::filesystem::path& model_dir) {
+    SafetensorsArchive archive = SafetensorsArchive::open_model_dir(model_dir);
+    const bool has_embed = archive.find(kEmbedName) != nullptr, has_head = archive.find(kLmHeadName) != nullptr;
+    const bool separate_head = !config.tie_word_embeddings;
+    const int64_t norm = hidden, bias_q = config.attention_bias ? qkv_dim : 0;
+    const int64_t bias_o = has_o_proj_bias(config) ? hidden : 0;
+    const int64_t per_layer = norm + qkv_dim * hidden + bias_q + hidden * q_dim + bias_o + norm + 2 * inter * hidden +
+                              hidden * inter;
+    const int64_t total = vocab * hidden * (separate_head ? 2 : 1) + norm + per_layer * config.num_layers;
+    weight_memory = DeviceMemory(size_t(total) * esize, "the model's weights (" + std::string(cuda::dtype_name(dtype)) + ")");
+
+    char* next = weight_memory.as<char>();
+    const auto take = [&](int64_t elems) {
+      void* p = next;
+      next += elems * int64_t(esize);
+      return p;
+    };
+    embed = take(vocab * hidden);
+    lm_head = separate_head ? take(vocab * hidden) : embed;
+    final_norm = take(norm);
+    layers.resize(config.num_layers);
+    for (CudaLayer& l : layers) {
+      l.input_norm = take(norm);
+      l.qkv = take(qkv_dim * hidden);
+      l.qkv_bias = bias_q ? take(bias_q) : nullptr;
+      l.o_proj = take(hidden * q_dim);
+      l.o_bias = bias_o ? take(bias_o) : nullptr;
+      l.post_norm = take(norm);
+      l.gate_up = take(2 * inter * hidden);
+      l.down = take(hidden * inter);
+    }
+
+    // Where each checkpoint tensor goes: a whole weight, or a row range of a fused one.
+    std::vector<std::pair<std::string, void*>> targets;
+    targets.emplace_back(kEmbedName, embed);
+    if (separate_head) targets.emplace_back(kLmHeadName, lm_head);
+    targets.emplace_back("model.norm.weight", final_norm);
+    for (int32_t i = 0; i < config.num_layers; ++i) {
+      const CudaLayer& l = layers[i];
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      targets.emplace_back(p + "input_layernorm.weight", l.input_norm);
+      targets.emplace_back(p + "self_attn.q_proj.weight", l.qkv);
+      targets.emplace_back(p + "self_attn.k_proj.weight", row(l.qkv, q_dim, hidden));
+      targets.emplace_back(p + "self_attn.v_proj.weight", row(l.qkv, q_dim + kv_dim, hidden));
+      if (l.qkv_bias) {
+        targets.emplace_back(p + "self_attn.q_proj.bias", l.qkv_bias);
+        targets.emplace_back(p + "self_attn.k_proj.bias", row(l.qkv_bias, q_dim, 1));
+        targets.emplace_back(p + "self_attn.v_proj.bias", row(l.qkv_bias, q_dim + kv_dim, 1));
+      }
+      targets.emplace_back(p + "self_attn.o_proj.weight", l.o_proj);
+      if (l.o_bias) targets.emplace_back(p + "self_attn.o_proj.bias", l.o_bias);
+      targets.emplace_back(p + "post_attention_layernorm.weight", l.post_norm);
+      targets.emplace_back(p + "mlp.gate_proj.weight", l.gate_up);
+      targets.emplace_back(p + "mlp.up_proj.weight", row(l.gate_up, inter, hidden));
+      targets.emplace_back(p + "mlp.down_proj.weight", l.down);
+    }
+
+    // Shapes from the one list of a config's tensors (tensor_slots), so they match the CPU loader's.
+    std::vector<int64_t> expected_elems;
+    std::vector<const TensorInfo*> sources;
+    const std::vector<TensorSlot> slots = tensor_slots(config, nullptr);
+    for (const auto& [name, dst] : targets) {
+      std::string source = name;
+      if (name == kEmbedName && config.tie_word_embeddings && !has_embed && has_head) source = kLmHeadName;
+      const TensorInfo* t = archive.find(source);
+      if (t == nullptr) {
+        throw ModelError(model_error_code::kWeights, "tensor \"" + source + "\" is missing from " + archive.description());
+      }
+      const auto slot = std::find_if(slots.begin(), slots.end(), [&](const TensorSlot& s) { return s.name == name; });
+      if (slot == slots.end() || t->shape != slot->shape) {
+        std::string want, got;
+        if (slot != slots.end())
+          for (int64_t d : slot->shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
+        for (int64_t d : t->shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
+        throw ModelError(model_error_code::kWeights, "tensor \"" + source + "\" has shape [" + got + "], the config needs [" +
+                                                         want + "]");
+      }
+      int64_t elems = 1;
+      for (int64_t d : t->shape) elems *= d;
+      checkpoint_dtype(*t);
+      expected_elems.push_back(elems);
+      sources.push_back(t);
+    }
+
+    constexpr size_t kChunk = size_t{64} << 20;
+    PinnedMemory staging[2] = {PinnedMemory(kChunk), PinnedMemory(kChunk)};
+    DeviceMemory raw[2] = {DeviceMemory(kChunk, "weight staging"), DeviceMemory(kChunk, "weight staging")};
+    cudaEvent_t done[2];
+    for (cudaEvent_t& e : done) cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    bool in_flight[2] = {false, false};
+    int slot_index = 0;
+    try {
+      for (size_t i = 0; i < sources.size(); ++i) {
+        const TensorInfo& t = *sources[i];
+        const DType src_dtype = checkpoint_dtype(t);
+        const size_t src_size = cuda::dtype_size(src_dtype);
+        const int64_t elems_per_chunk = int64_t(kChunk / src_size);
+        for (int64_t first = 0; first < expected_elems[i]; first += elems_per_chunk) {
+          const int64_t n = std::min(elems_per_chunk, expected_elems[i] - first);
+          const int s = slot_index;
+          slot_index ^= 1;
+          if (in_flight[s]) cuda::check(cudaEventSynchronize(done[s]), "waiting for a weight chunk");
+          std::memcpy(staging[s].as(), t.data + first * int64_t(src_size), size_t(n) * src_size);
+          cuda::check(cudaMemcpyAsync(raw[s].as(), staging[s].as(), size_t(n) * src_size, cudaMemcpyHostToDevice, stream),
+                      "copying weights to the GPU");
+          cuda::convert(src_dtype, raw[s].as(), dtype, static_cast<char*>(targets[i].second) + first * int64_t(esize), n,
+                        stream);
+          cuda::check(cudaEventRecord(done[s], stream), "cudaEventRecord");
+          in_flight[s] = true;
+          load.bytes += n * int64_t(src_size);
+        }
+      }
+      cuda::check(cudaStreamSynchronize(stream), "loading weights");
+    } catch (...) {
+      cudaStreamSynchronize(stream);
+      for (cudaEvent_t e : done) cudaEventDestroy(e);
+      throw;
+    }
+    for (cudaEvent_t e : done) cudaEventDestroy(e);
+  }
+
+  void allocate_activations() {
+    const int64_t T = options.max_batch_tokens, S = options.max_seqs;
+    const auto buf = [&](int64_t elems, const char* what) { return DeviceMemory(size_t(elems) * esize, what); };
+    residual = DeviceMemory(size_t(T * hidden) * sizeof(float), "the residual stream");
+    normed = buf(T * hidden, "normed activations");
+    qkv = buf(T * qkv_dim, "q/k/v activations");
+    attn = buf(T * q_dim, "attention output");
+    gate_up = buf(T * 2 * inter, "gate/up activations");
+    act = buf(T * inter, "MLP activations");
+    proj = buf(T * hidden, "projection output");
+    logits_rows = buf(S * hidden, "normed rows for the logits");
+    logits_out = buf(S * vocab, "logits");
+    logits_f32 = DeviceMemory(size_t(S * vocab) * sizeof(float), "fp32 logits");
+    logits_host = PinnedMemory(size_t(S * vocab) * sizeof(float));
+    workspace = DeviceMemory(
+        size_t(cuda::decode_attention_workspace_floats(int32_t(S), config.num_heads, config.head_dim, max_len)) *
+            sizeof(float),
+        "the decode attention workspace");
+    max_blocks_per_seq = max_len;  // block_size is at least 1: sized again in allocate_kv
+    reserve_step_ints(1);
+  }
+
+  // Step inputs: tokens, positions, slots (T each), logit rows (S), decode context lengths (S),
+  // prefill query starts (S + 1) and start positions (S), then the block tables (S x stride).
+  size_t step_ints_needed(int64_t table_elems) const {
+    const int64_t T = options.max_batch_tokens, S = options.max_seqs;
+    return size_t(3 * T + 4 * S + 1 + table_elems);
+  }
+  void reserve_step_ints(int64_t table_elems) {
+    const size_t need = step_ints_needed(table_elems);
+    if (need <= step_ints_capacity) return;
+    step_ints = DeviceMemory(need * sizeof(int32_t), "the step's inputs");
+    step_host = PinnedMemory(need * sizeof(int32_t));
+    step_ints_capacity = need;
+  }
+
+  void allocate(int32_t blocks, int32_t size) {
+    if (blocks <= 0 || size <= 0) {
+      bad_input("allocate_kv needs positive num_blocks and block_size, got " + std::to_string(blocks) + " and " +
+                std::to_string(size));
+    }
+    destroy_graphs();  // they point into the old pool
+    kv_memory = DeviceMemory();
+    block_elems = kv_dim * size;
+    const int64_t bytes = int64_t{2} * config.num_layers * blocks * block_elems * int64_t(esize);
+    kv_memory = DeviceMemory(size_t(bytes), "a KV pool of " + std::to_string(blocks) + " blocks");
+    num_blocks = blocks;
+    block_size = size;
+    max_blocks_per_seq = (max_len + size - 1) / size;
+    reserve_step_ints(int64_t{options.max_seqs} * max_blocks_per_seq);
+    capture_graphs();
+  }
+
+  void gemm_rows(const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride, int64_t m, int64_t n,
+                 int64_t k, const void* bias) {
+    gemm->matmul(dtype, x, x_stride, w, y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
+    if (bias) cuda::add_bias(dtype, y, y_stride, bias, int32_t(m), int32_t(n), stream);
+  }
+
+  // What one step launches: the sizes every kernel of enqueue() is given.
+  struct StepShape {
+    int32_t tokens = 0, n_decode = 0, n_prefill = 0, table_stride = 1;
+    int32_t max_decode_context = 0, max_query = 0, n_logits = 0;
+    size_t ints = 0;  // step integers to upload (the layout of step_ints_needed)
+  };
+
+  // Pointers into the step's integers, host or device (layout of step_ints_needed).
+  struct StepInts {
+    int32_t *tokens, *positions, *slots, *logit_rows, *context_lens, *query_start, *start_pos, *tables;
+  };
+  StepInts ints_at(int32_t* base) const {
+    const int64_t T = options.max_batch_tokens, S = options.max_seqs;
+    StepInts v;
+    v.tokens = base;
+    v.positions = base + T;
+    v.slots = base + 2 * T;
+    v.logit_rows = base + 3 * T;
+    v.context_lens = v.logit_rows + S;
+    v.query_start = v.context_lens + S;
+    v.start_pos = v.query_start + S + 1;
+    v.tables = v.start_pos + S;
+    return v;
+  }
+  size_t ints_for(int32_t table_rows, int32_t table_stride) const {
+    return step_ints_needed(int64_t{table_rows} * table_stride);
+  }
+
+  // Checks the batch and writes its integers into the pinned step buffer, decode slices first
+  // (decode attention reads contiguous rows; every other kernel works row by row, so the order
+  // is free). fixed_stride > 0 lays the block tables out at that stride (a CUDA graph's).
+  StepShape plan(const StepBatch& batch, float* logits, int32_t fixed_stride, std::vector<int32_t>& row_of_logit) {
+    if (num_blocks == 0) bad_input("forward called before allocate_kv");
+    const int64_t n_slices = int64_t(batch.seqs.size());
+    if (n_slices > options.max_seqs) {
+      bad_input("batch has " + std::to_string(n_slices) + " sequences; the CUDA backend was sized for " +
+                std::to_string(options.max_seqs));
+    }
+    StepShape shape;
+    std::vector<int32_t> order;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int64_t s = 0; s < n_slices; ++s)
+        if ((batch.seqs[s].n_tokens == 1) == (pass == 0)) order.push_back(int32_t(s));
+      if (pass == 0) shape.n_decode = int32_t(order.size());
+    }
+    int64_t tokens = 0;
+    for (int64_t s = 0; s < n_slices; ++s) {
+      const SeqSlice& seq = batch.seqs[s];
+      const std::string where = "batch slice " + std::to_string(s);
+      if (seq.n_tokens <= 0 || seq.tokens == nullptr) bad_input(where + ": no tokens");
+      const int64_t end = int64_t{seq.start_pos} + seq.n_tokens;
+      if (seq.start_pos < 0 || end > max_len) {
+        bad_input(where + ": positions [" + std::to_string(seq.start_pos) + ", " + std::to_string(end) +
+                  ") are outside the backend's max_model_len " + std::to_string(max_len));
+      }
+      const int64_t blocks_needed = (end + block_size - 1) / block_size;
+      if (seq.block_table == nullptr || seq.n_blocks < blocks_needed) {
+        bad_input(where + ": block table has " + std::to_string(seq.n_blocks) + " blocks, positions [0, " +
+                  std::to_string(end) + ") need " + std::to_string(blocks_needed));
+      }
+      for (int64_t b = 0; b < blocks_needed; ++b) {
+        if (seq.block_table[b] < 0 || seq.block_table[b] >= num_blocks) {
+          bad_input(where + ": block id " + std::to_string(seq.block_table[b]) + " is outside the KV pool (" +
+                    std::to_string(num_blocks) + " blocks)");
+        }
+      }
+      for (int32_t t = 0; t < seq.n_tokens; ++t) {
+        if (seq.tokens[t] < 0 || seq.tokens[t] >= vocab) {
+          bad_input(where + ": token id " + std::to_string(seq.tokens[t]) + " is outside the vocabulary (" +
+                    std::to_string(vocab) + ")");
+        }
+      }
+      tokens += seq.n_tokens;
+      shape.table_stride = std::max<int32_t>(shape.table_stride, int32_t(blocks_needed));
+      if (seq.n_tokens == 1) shape.max_decode_context = std::max<int32_t>(shape.max_decode_context, int32_t(end));
+      else shape.max_query = std::max(shape.max_query, seq.n_tokens);
+    }
+    if (tokens > options.max_batch_tokens) {
+      bad_input("batch has " + std::to_string(tokens) + " tokens; the CUDA backend was sized for " +
+                std::to_string(options.max_batch_tokens));
+    }
+    if (fixed_stride > 0) shape.table_stride = fixed_stride;
+    shape.tokens = int32_t(tokens);
+
+    const StepInts h = ints_at(step_host.as<int32_t>());
+    std::vector<int32_t> row_of_slice(n_slices);  // device row of each slice's last token
+    int32_t r = 0;
+    h.query_start[0] = 0;
+    for (size_t i = 0; i < order.size(); ++i) {
+      const SeqSlice& seq = batch.seqs[order[i]];
+      const size_t blocks = size_t((seq.start_pos + seq.n_tokens + block_size - 1) / block_size);
+      std::memcpy(h.tables + int64_t(i) * shape.table_stride, seq.block_table, sizeof(int32_t) * blocks);
+      for (int32_t t = 0; t < seq.n_tokens; ++t, ++r) {
+        const int32_t pos = seq.start_pos + t;
+        h.tokens[r] = seq.tokens[t];
+        h.positions[r] = pos;
+        h.slots[r] = seq.block_table[pos / block_size] * block_size + pos % block_size;
+      }
+      row_of_slice[order[i]] = r - 1;
+      if (int32_t(i) < shape.n_decode) {
+        h.context_lens[i] = seq.start_pos + 1;
+      } else {
+        h.start_pos[shape.n_prefill] = seq.start_pos;
+        h.query_start[shape.n_prefill + 1] = h.query_start[shape.n_prefill] + seq.n_tokens;
+        ++shape.n_prefill;
+      }
+    }
+    row_of_logit.clear();
+    for (int64_t s = 0; s < n_slices; ++s) {
+      if (!batch.seqs[s].want_logits) continue;
+      h.logit_rows[shape.n_logits++] = row_of_slice[s];
+      row_of_logit.push_back(row_of_slice[s]);
+    }
+    if (shape.n_logits > 0 && logits == nullptr) bad_input("logits are wanted but the output pointer is null");
+    shape.ints = ints_for(int32_t(order.size()), shape.table_stride);
+    return shape;
+  }
+
+  // Every device operation of one step, in stream order: upload the step's integers, run the
+  // layers, leave the wanted rows' fp32 logits in logits_host. Nothing here allocates or
+  // synchronises, so the same call records a CUDA graph under capture.
+  void enqueue(const StepShape& shape) {
+    int32_t* d = step_ints.as<int32_t>();
+    cuda::check(cudaMemcpyAsync(d, step_host.as(), shape.ints * sizeof(int32_t), cudaMemcpyHostToDevice, stream),
+                "copying the step's inputs");
+    const StepInts dv = ints_at(d);
+    const int32_t* prefill_tables = dv.tables + int64_t(shape.n_decode) * shape.table_stride;
+    const int32_t tokens = shape.tokens, n_decode = shape.n_decode;
+
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config.head_dim)));
+    float* res = residual.as<float>();
+    cuda::embedding_gather(dtype, embed, dv.tokens, tokens, int32_t(hidden), res, stream);
+    for (int32_t l = 0; l < config.num_layers; ++l) {
+      const CudaLayer& w = layers[l];
+      // The previous layer's MLP output joins the residual stream here, fused with this norm.
+      cuda::add_rms_norm(dtype, res, l == 0 ? nullptr : proj.as(), w.input_norm, normed.as(), tokens, int32_t(hidden),
+                         config.rms_norm_eps, stream);
+      gemm_rows(normed.as(), hidden, w.qkv, qkv.as(), qkv_dim, tokens, qkv_dim, hidden, w.qkv_bias);
+
+      cuda::RopeKvArgs rope;
+      rope.dtype = dtype;
+      rope.q = qkv.as();
+      rope.q_stride = qkv_dim;
+      rope.k = static_cast<char*>(qkv.as()) + q_dim * int64_t(esize);
+      rope.k_stride = qkv_dim;
+      rope.v = static_cast<char*>(qkv.as()) + (q_dim + kv_dim) * int64_t(esize);
+      rope.v_stride = qkv_dim;
+      rope.positions = dv.positions;
+      rope.slots = dv.slots;
+      rope.inv_freq = inv_freq.as<float>();
+      rope.k_cache = k_cache(l);
+      rope.v_cache = v_cache(l);
+      rope.n_tokens = tokens;
+      rope.num_heads = config.num_heads;
+      rope.num_kv_heads = config.num_kv_heads;
+      rope.head_dim = config.head_dim;
+      rope.block_size = block_size;
+      cuda::rope_write_kv(rope, stream);
+
+      if (n_decode > 0) {
+        cuda::DecodeAttentionArgs a;
+        a.dtype = dtype;
+        a.q = qkv.as();
+        a.q_stride = qkv_dim;
+        a.out = attn.as();
+        a.out_stride = q_dim;
+        a.k_cache = k_cache(l);
+        a.v_cache = v_cache(l);
+        a.block_tables = dv.tables;
+        a.block_table_stride = shape.table_stride;
+        a.context_lens = dv.context_lens;
+        a.n_seqs = n_decode;
+        a.num_heads = config.num_heads;
+        a.num_kv_heads = config.num_kv_heads;
+        a.head_dim = config.head_dim;
+        a.block_size = block_size;
+        a.max_context = shape.max_decode_context;
+        a.scale = scale;
+        a.workspace = workspace.as<float>();
+        cuda::decode_attention(a, stream);
+      }
+      if (shape.n_prefill > 0) {
+        cuda::PrefillAttentionArgs a;
+        a.dtype = dtype;
+        a.q = row(qkv.as(), n_decode, qkv_dim);
+        a.q_stride = qkv_dim;
+        a.out = row(attn.as(), n_decode, q_dim);
+        a.out_stride = q_dim;
+        a.k_cache = k_cache(l);
+        a.v_cache = v_cache(l);
+        a.block_tables = prefill_tables;
+        a.block_table_stride = shape.table_stride;
+        a.query_start = dv.query_start;
+        a.start_pos = dv.start_pos;
+        a.n_slices = shape.n_prefill;
+        a.max_query_len = shape.max_query;
+        a.num_heads = config.num_heads;
+        a.num_kv_heads = config.num_kv_heads;
+        a.head_dim = config.head_dim;
+        a.block_size = block_size;
+        a.scale = scale;
+        cuda::prefill_attention(a, stream);
+      }
+      gemm_rows(attn.as(), q_dim, w.o_proj, proj.as(), hidden, tokens, hidden, q_dim, w.o_bias);
+      cuda::add_rms_norm(dtype, res, proj.as(), w.post_norm, normed.as(), tokens, int32_t(hidden), config.rms_norm_eps,
+                         stream);
+      gemm_rows(normed.as(), hidden, w.gate_up, gate_up.as(), 2 * inter, tokens, 2 * inter, hidden, nullptr);
+      cuda::silu_mul(dtype, gate_up.as(), act.as(), tokens, int32_t(inter), stream);
+      gemm_rows(act.as(), inter, w.down, proj.as(), hidden, tokens, hidden, inter, nullptr);
+    }
+
+    if (shape.n_logits == 0) return;
+    cuda::add_rms_norm(dtype, res, proj.as(), final_norm, normed.as(), tokens, int32_t(hidden), config.rms_norm_eps,
+                       stream);
+    cuda::gather_rows(dtype, normed.as(), hidden, dv.logit_rows, shape.n_logits, int32_t(hidden), logits_rows.as(),
+                      stream);
+    gemm_rows(logits_rows.as(), hidden, lm_head, logits_out.as(), vocab, shape.n_logits, vocab, hidden, nullptr);
+    const void* out = logits_out.as();
+    if (dtype != DType::kF32) {
+      cuda::convert(dtype, logits_out.as(), DType::kF32, logits_f32.as(), int64_t{shape.n_logits} * vocab, stream);
+      out = logits_f32.as();
+    }
+    cuda::check(cudaMemcpyAsync(logits_host.as(), out, size_t(shape.n_logits) * vocab * sizeof(float),
+                                cudaMemcpyDeviceToHost, stream),
+                "copying logits to the host");
+  }
+
+  // ---- CUDA graphs for decode ------------------------------------------------------------
+  // One graph per batch size in graph_sizes, captured once the KV pool exists. A decode-only
+  // step of n <= the largest size replays the smallest graph that holds it: the rows past n
+  // are padding (slot -1 writes no KV, context 0 attends to nothing), the block tables sit at
+  // the fixed stride max_blocks_per_seq, and decode attention's grid covers max_model_len.
+  std::vector<int32_t> graph_sizes;
+  std::vector<cudaGraphExec_t> graphs;
+  std::vector<int32_t> row_of_logit;  // per wanted slice, its device row (logits_host row order)
+
+  void destroy_graphs() {
+    for (cudaGraphExec_t g : graphs)
+      if (g) cudaGraphExecDestroy(g);
+    graphs.clear();
+    graph_sizes.clear();
+  }
+
+  // Padding for rows [from, rows) of a graph step: nothing reaches the cache or attends.
+  void pad_decode_rows(int32_t from, int32_t rows, int32_t n_logits) {
+    const StepInts h = ints_at(step_host.as<int32_t>());
+    for (int32_t r = from; r < rows; ++r) {
+      h.tokens[r] = 0;
+      h.positions[r] = 0;
+      h.slots[r] = -1;
+      h.context_lens[r] = 0;
+    }
+    for (int32_t i = n_logits; i < rows; ++i) h.logit_rows[i] = i;
+  }
+
+  StepShape graph_shape(int32_t rows) const {
+    StepShape shape;
+    shape.tokens = shape.n_decode = shape.n_logits = rows;
+    shape.table_stride = max_blocks_per_seq;
+    shape.max_decode_context = max_len;
+    shape.ints = ints_for(rows, max_blocks_per_seq);
+    return shape;
+  }
+
+  void capture_graphs() {
+    destroy_graphs();
+    if (!options.cuda_graphs) return;
+    for (int32_t rows = 1; rows <= std::min({options.max_graph_batch, options.max_seqs, options.max_batch_tokens});
+         rows *= 2) {
+      graph_sizes.push_back(rows);
+    }
+    for (int32_t rows : graph_sizes) {
+      pad_decode_rows(0, rows, 0);
+      const StepShape shape = graph_shape(rows);
+      enqueue(shape);  // once eagerly: cuBLAS picks its algorithms and loads its kernels outside the capture
+      cuda::check(cudaStreamSynchronize(stream), "warming a decode graph's shapes");
+      cudaGraph_t graph = nullptr;
+      cuda::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      try {
+        enqueue(shape);
+      } catch (...) {
+        cudaStreamEndCapture(stream, &graph);
+        if (graph) cudaGraphDestroy(graph);
+        throw;
+      }
+      cuda::check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      cuda::check(made, "cudaGraphInstantiate");
+      graphs.push_back(exec);
+    }
+  }
+
+  void forward(const StepBatch& batch, float* logits) {
+    // A decode-only step that a graph holds replays it; anything else runs eagerly.
+    int32_t graph = -1;
+    if (!graphs.empty() && !batch.seqs.empty()) {
+      bool decode_only = true;
+      for (const SeqSlice& seq : batch.seqs) decode_only = decode_only && seq.n_tokens == 1;
+      for (size_t g = 0; decode_only && g < graph_sizes.size() && graph < 0; ++g)
+        if (graph_sizes[g] >= int32_t(batch.seqs.size())) graph = int32_t(g);
+    }
+    const StepShape shape = plan(batch, logits, graph >= 0 ? max_blocks_per_seq : 0, row_of_logit);
+    if (shape.tokens == 0) return;
+    if (graph >= 0) {
+      pad_decode_rows(shape.tokens, graph_sizes[graph], shape.n_logits);
+      cuda::check(cudaGraphLaunch(graphs[graph], stream), "cudaGraphLaunch");
+      ++graph_steps;
+    } else {
+      enqueue(shape);
+      ++eager_steps;
+    }
+    cuda::check(cudaStreamSynchronize(stream), "running the forward pass");
+    if (shape.n_logits > 0) std::memcpy(logits, logits_host.as(), size_t(shape.n_logits) * vocab * sizeof(float));
+  }
+
+  int64_t graph_steps = 0, eager_steps = 0;
+};
+
+CudaBackend::CudaBackend(const std::filesystem::path& model_dir, CudaBackendOptions options)
+    : impl_(std::make_unique<Impl>(model_dir, options)) {}
+
+CudaBackend::~CudaBackend() = default;
+
+const ModelConfig& CudaBackend::config() const { return impl_->config; }
+
+int64_t CudaBackend::kv_bytes_per_block(int32_t block_size) const {
+  return int64_t{2} * impl_->config.num_layers * impl_->kv_dim * block_size * int64_t(impl_->esize);
+}
+
+void CudaBackend::allocate_kv(int32_t num_blocks, int32_t block_size) { impl_->allocate(num_blocks, block_size); }
+
+void CudaBackend::forward(const StepBatch& batch, float* logits) { impl_->forward(batch, logits); }
+
+void CudaBackend::copy_block(int32_t src, int32_t dst) {
+  Impl& m = *impl_;
+  if (m.num_blocks == 0) bad_input("copy_block called before allocate_kv");
+  if (src < 0 || src >= m.num_blocks || dst < 0 || dst >= m.num_blocks) {
+    bad_input("copy_block(" + std::to_string(src) + ", " + std::to_string(dst) + "): block id outside the KV pool (" +
+              std::to_string(m.num_blocks) + " blocks)");
+  }
+  int32_t* d = m.step_ints.as<int32_t>();
+  const int32_t pair[2] = {src, dst};
+  cuda::check(cudaMemcpyAsync(d, pair, sizeof(pair), cudaMemcpyHostToDevice, m.stream), "copying block ids");
+  for (int32_t l = 0; l < m.config.num_layers; ++l)
+    cuda::copy_blocks(m.dtype, m.k_cache(l), m.v_cache(l), d, d + 1, 1, m.block_elems, m.stream);
+  cuda::check(cudaStreamSynchronize(m.stream), "copying a KV block");
+}
+
+int32_t CudaBackend::profile_kv_blocks(int32_t block_size, double utilization) {
+  Impl& m = *impl_;
+  if (block_size <= 0 || !(utilization > 0.0 && utilization <= 1.0)) {
+    throw ModelError(model_error_code::kConfig, "profile_kv_blocks needs block_size > 0 and utilization in (0, 1]");
+  }
+  // The largest GEMMs of a step, so cuBLAS has picked its algorithms and made its allocations.
+  const int64_t T = m.options.max_batch_tokens;
+  const CudaLayer& w = m.layers.front();
+  m.gemm_rows(m.normed.as(), m.hidden, w.qkv, m.qkv.as(), m.qkv_dim, T, m.qkv_dim, m.hidden, nullptr);
+  m.gemm_rows(m.attn.as(), m.q_dim, w.o_proj, m.proj.as(), m.hidden, T, m.hidden, m.q_dim, nullptr);
+  m.gemm_rows(m.normed.as(), m.hidden, w.gate_up, m.gate_up.as(), 2 * m.inter, T, 2 * m.inter, m.hidden, nullptr);
+  m.gemm_rows(m.act.as(), m.inter, w.down, m.proj.as(), m.hidden, T, m.hidden, m.inter, nullptr);
+  m.gemm_rows(m.logits_rows.as(), m.hidden, m.lm_head, m.logits_out.as(), m.vocab, m.options.max_seqs, m.vocab,
+              m.hidden, nullptr);
+  cuda::check(cudaStreamSynchronize(m.stream), "profiling the largest GEMMs");
+  size_t free_bytes = 0, total = 0;
+  cuda::check(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
+  const int64_t used = int64_t(total - free_bytes) - int64_t(m.kv_memory.bytes());
+  const int64_t budget = int64_t(double(total) * utilization) - used;
+  const int64_t per_block = kv_bytes_per_block(block_size);
+  if (budget < per_block) {
+    throw ModelError(model_error_code::kOutOfMemory,
+                     "no GPU memory left for the KV cache: weights " + mib(int64_t(m.weight_memory.bytes())) +
+                         ", activations and cuBLAS " + mib(used - int64_t(m.weight_memory.bytes())) + " of " +
+                         mib(int64_t(total)) + " at utilization " + std::to_string(utilization) +
+                         " (lower max_batch_tokens or max_seqs, or raise the utilization)");
+  }
+  return int32_t(std::min<int64_t>(budget / per_block, INT32_MAX));
+}
+
+const CudaLoadStats& CudaBackend::load_stats() const { return impl_->load; }
+
+int64_t CudaBackend::graph_steps() const { return impl_->graph_steps; }
+
+int64_t CudaBackend::eager_steps() const { return impl_->eager_steps; }
+
+std::string CudaBackend::device_name() const { return impl_->device; }
+
+cuda::DType CudaBackend::dtype() const { return impl_->dtype; }
+
+}  // namespace strata
