@@ -28,12 +28,22 @@ describe.each([
   {
     name: 'default',
     docs: defaults,
-    models: defaultValues.models as { name: string; gpus: number; servedModelName: string }[],
+    models: defaultValues.models as {
+      name: string;
+      gpus: number;
+      servedModelName: string;
+      gpuMemoryUtilization?: number;
+    }[],
   },
   {
     name: 'production',
     docs: production,
-    models: prodValues.models as { name: string; gpus: number; servedModelName: string }[],
+    models: prodValues.models as {
+      name: string;
+      gpus: number;
+      servedModelName: string;
+      gpuMemoryUtilization?: number;
+    }[],
   },
 ])('$name values', ({ docs, models }) => {
   it('renders one backend Deployment and Service per model, labelled with strata.dev/model', () => {
@@ -48,6 +58,14 @@ describe.each([
       expect(svc.spec.selector).toEqual(d.spec.selector.matchLabels);
       expect(svc.spec.ports.map((p: { name: string }) => p.name)).toEqual(['http', 'sidecar']);
       expect(envOf(container(d, 'backend')).STRATA_SERVED_MODEL_NAME).toBe(m.servedModelName);
+    }
+  });
+
+  it("passes each CUDA model's GPU memory share to the backend", () => {
+    for (const m of models) {
+      const env = envOf(container(byName(docs, 'Deployment', `strata-backend-${m.name}`), 'backend'));
+      expect(env.STRATA_ENGINE_BACKEND).toBe('cuda');
+      expect(env.STRATA_GPU_MEMORY_UTILIZATION).toBe(String(m.gpuMemoryUtilization));
     }
   });
 

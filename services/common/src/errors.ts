@@ -102,6 +102,7 @@ export const ERROR_CATALOGUE = {
   },
   STRATA_UNKNOWN_REQUEST: { status: 500, type: 'internal', message: 'The engine has no such request.' },
   STRATA_OUT_OF_MEMORY: { status: 500, type: 'internal', message: 'The engine ran out of memory.' },
+  STRATA_CUDA_ERROR: { status: 500, type: 'internal', message: 'A CUDA call of the engine failed.' },
   STRATA_ENGINE_CLOSED: { status: 503, type: 'overloaded', message: 'The engine is shut down.' },
   STRATA_UPSTREAM_ERROR: { status: 502, type: 'internal', message: 'The upstream service failed.' },
   STRATA_NOT_READY: { status: 503, type: 'overloaded', message: 'The service is not ready.' },

@@ -19,6 +19,12 @@ export const configSchema = baseServiceSchema.extend({
       numBlocks: nonNegativeInt(0),
       kvCacheBytes: nonNegativeInt(0),
       kvMemoryFraction: z.coerce.number().gt(0).max(0.95).default(0.2),
+      /** CUDA backend: weights, activations and KV dtype (the CPU backend is always float32). */
+      dtype: z.enum(['bfloat16', 'float16', 'float32']).default('bfloat16'),
+      /** CUDA backend: share of the GPU's memory for weights, activations and the KV pool. */
+      gpuMemoryUtilization: z.coerce.number().gt(0).max(1).default(0.9),
+      /** CUDA backend: decode steps replay CUDA graphs (false: every step eager, as vLLM's --enforce-eager). */
+      cudaGraphs: configFields.boolean(true),
       blockSize: z.coerce.number().int().min(1).max(256).default(16),
       maxNumBatchedTokens: configFields.positiveInt(2048),
       maxNumSeqs: configFields.positiveInt(256),
@@ -52,6 +58,9 @@ export const configEnv: EnvMap = {
   'engine.numBlocks': 'STRATA_KV_CACHE_BLOCKS',
   'engine.kvCacheBytes': 'STRATA_KV_CACHE_BYTES',
   'engine.kvMemoryFraction': 'STRATA_KV_MEMORY_FRACTION',
+  'engine.dtype': 'STRATA_DTYPE',
+  'engine.gpuMemoryUtilization': 'STRATA_GPU_MEMORY_UTILIZATION',
+  'engine.cudaGraphs': 'STRATA_CUDA_GRAPHS',
   'engine.blockSize': 'STRATA_BLOCK_SIZE',
   'engine.maxNumBatchedTokens': 'STRATA_MAX_NUM_BATCHED_TOKENS',
   'engine.maxNumSeqs': 'STRATA_MAX_NUM_SEQS',

@@ -56,6 +56,12 @@ export interface NativeLoadOptions {
   /** KV pool budget in bytes; 0 = kvMemoryFraction of MemAvailable. */
   kvCacheBytes?: number;
   kvMemoryFraction?: number;
+  /** CUDA backend: bfloat16 (default), float16 or float32; the CPU backend is always float32. */
+  dtype?: 'bfloat16' | 'float16' | 'float32';
+  /** CUDA backend: share of the GPU's memory for weights, activations and the KV pool (0.9). */
+  gpuMemoryUtilization?: number;
+  /** CUDA backend: replay CUDA graphs for decode steps of up to 256 sequences (default true). */
+  cudaGraphs?: boolean;
 }
 
 /** core/include/strata/sampling_params.h; validated natively at submit. */
@@ -163,11 +169,17 @@ export interface NativeEngineInfo {
     maxModelLen: number;
     kvBytesPerBlock: number;
   };
-  backend: 'cpu';
-  /** CPU kernels chosen at run time: "avx2+fma" or "portable". */
+  backend: 'cpu' | 'cuda';
+  /** CPU kernels chosen at run time: "avx2+fma" or "portable"; "cuda" on the CUDA backend. */
   kernelIsa: string;
+  /** "cpu", or the GPU's name. */
+  device: string;
+  /** Weights, activations and KV: float32 on the CPU backend. */
+  dtype: 'float32' | 'bfloat16' | 'float16';
   threads: number;
   loadSeconds: number;
+  /** Checkpoint bytes per second while loading (the CUDA backend's copy to the device); 0 when not measured. */
+  loadGBPerSecond: number;
 }
 
 export interface NativeEngine {

@@ -2,6 +2,7 @@
 import { getEventListeners } from 'node:events';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, EngineError, type GeneratedToken, type SamplingParams } from '../src/engine/engine.js';
+import { loadNativeAddon } from '../src/native.js';
 import { modelPath } from './support/models.js';
 
 const PROMPT = [1, 80, 147, 201, 282, 215, 286, 604, 10]; // <|start_story|>Once upon a time, there was a dog.
@@ -222,12 +223,41 @@ describe('engine under pressure', () => {
     expect(stats.kvBlocksFree + stats.kvBlocksCached).toBe(stats.kvBlocksTotal);
   });
 
-  it('rejects a backend it cannot run, saying which ones exist', async () => {
+  it('runs the cuda backend where the build and the machine have CUDA, and says why not elsewhere', async () => {
+    const addon = loadNativeAddon();
+    const load = Engine.load({ modelDir: modelPath('tinystories-656k'), backend: 'cuda', dtype: 'float32' });
+    if (!addon.buildInfo().cuda) {
+      await expect(load).rejects.toMatchObject({
+        code: 'STRATA_INVALID_CONFIG',
+        message: expect.stringContaining('backend "cuda" is not in this build'),
+      });
+    } else if (!addon.cudaInfo().available) {
+      await expect(load).rejects.toMatchObject({
+        code: 'STRATA_CUDA_ERROR',
+        message: expect.stringMatching(/^no CUDA device: \S/),
+      });
+    } else {
+      // A GPU: fp32 on the device gives the CPU backend's greedy tokens.
+      const gpu = await load;
+      const cpu = await Engine.load({ modelDir: modelPath('tinystories-656k'), numBlocks: 512 });
+      try {
+        expect(gpu.info).toMatchObject({ backend: 'cuda', dtype: 'float32', kernelIsa: 'cuda' });
+        const greedy = { temperature: 0, maxTokens: 40, ignoreEos: true };
+        expect(tokensOf(await collect(gpu.generate(PROMPT, greedy)))).toEqual(
+          tokensOf(await collect(cpu.generate(PROMPT, greedy))),
+        );
+      } finally {
+        await Promise.all([gpu.close(), cpu.close()]);
+      }
+    }
+  });
+
+  it('rejects a backend name it does not know', async () => {
     await expect(
-      Engine.load({ modelDir: modelPath('tinystories-656k'), backend: 'cuda' }),
+      Engine.load({ modelDir: modelPath('tinystories-656k'), backend: 'tpu' as 'cpu' }),
     ).rejects.toMatchObject({
       code: 'STRATA_INVALID_CONFIG',
-      message: expect.stringContaining('backend "cuda" is not available yet'),
+      message: expect.stringContaining('backend must be "cpu" or "cuda"'),
     });
   });
 

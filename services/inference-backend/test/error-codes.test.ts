@@ -9,6 +9,7 @@ const native = join(import.meta.dirname, '..', 'native');
 const sources = [
   join(native, 'engine', 'core', 'include', 'strata', 'errors.h'),
   join(native, 'engine', 'model', 'include', 'strata', 'model_error.h'),
+  join(native, 'engine', 'cuda', 'include', 'strata', 'cuda_kernels.h'),
   ...readdirSync(join(native, 'addon'))
     .filter((f) => f.endsWith('.cpp'))
     .map((f) => join(native, 'addon', f)),

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -15,6 +16,9 @@
 #include "strata/coded_error.h"
 #include "strata/cpu_backend.h"
 #include "strata/model_config.h"
+#ifdef STRATA_WITH_CUDA
+#include "strata/cuda_backend.h"
+#endif
 
 namespace strata::addon {
 namespace {
@@ -31,6 +35,9 @@ struct LoadOptions {
   EngineConfig engine;
   int64_t kv_cache_bytes = 0;       // 0: a fraction of MemAvailable
   double kv_memory_fraction = 0.1;  // of MemAvailable, when kv_cache_bytes is 0
+  std::string dtype = "bfloat16";   // CUDA: bfloat16, float16 or float32 (the CPU backend is float32)
+  double gpu_memory_utilization = 0.9;  // CUDA: share of the device's memory for weights + activations + KV
+  bool cuda_graphs = true;              // CUDA: replay captured graphs for decode steps
 };
 
 int32_t get_int(const Napi::Object& o, const char* key, int32_t fallback) {
@@ -62,6 +69,9 @@ LoadOptions parse_load_options(const Napi::Object& o) {
   opts.engine.max_model_len = get_int(o, "maxModelLen", 0);
   opts.kv_cache_bytes = static_cast<int64_t>(get_double(o, "kvCacheBytes", 0));
   opts.kv_memory_fraction = get_double(o, "kvMemoryFraction", 0.1);
+  if (o.Get("dtype").IsString()) opts.dtype = get_string(o, "dtype");
+  opts.gpu_memory_utilization = get_double(o, "gpuMemoryUtilization", 0.9);
+  if (o.Get("cudaGraphs").IsBoolean()) opts.cuda_graphs = o.Get("cudaGraphs").As<Napi::Boolean>().Value();
   return opts;
 }
 
@@ -101,9 +111,8 @@ class LoadWorker : public Napi::AsyncWorker {
   void Execute() override {
     try {
       if (opts_.backend == "cuda") {
-        throw CodedError("STRATA_INVALID_CONFIG",
-                         "backend \"cuda\" is not available yet: this build has no CUDA model backend (the CUDA "
-                         "backend issue adds it); use backend \"cpu\"");
+        loaded_ = load_cuda();
+        return;
       }
       if (opts_.backend != "cpu") {
         throw CodedError("STRATA_INVALID_CONFIG", "backend must be \"cpu\" or \"cuda\", got \"" + opts_.backend + "\"");
@@ -128,6 +137,53 @@ class LoadWorker : public Napi::AsyncWorker {
     } catch (...) {
       error_ = capture_current_error();
     }
+  }
+
+  // The CUDA backend: the KV pool is what the profiling pass leaves of gpu_memory_utilization
+  // x the device's memory, capped like the CPU pool at max_num_seqs full-length sequences.
+  std::unique_ptr<LoadedEngine> load_cuda() {
+#ifdef STRATA_WITH_CUDA
+    if (opts_.model_dir.empty()) {
+      throw CodedError("STRATA_INVALID_CONFIG", "the cuda backend loads a model directory; dummy presets run on \"cpu\"");
+    }
+    CudaBackendOptions options;
+    if (opts_.dtype == "bfloat16") options.dtype = cuda::DType::kBF16;
+    else if (opts_.dtype == "float16") options.dtype = cuda::DType::kF16;
+    else if (opts_.dtype == "float32") options.dtype = cuda::DType::kF32;
+    else throw CodedError("STRATA_INVALID_CONFIG", "dtype must be bfloat16, float16 or float32, got \"" + opts_.dtype + "\"");
+    if (!(opts_.gpu_memory_utilization > 0.0 && opts_.gpu_memory_utilization <= 1.0)) {
+      throw CodedError("STRATA_INVALID_CONFIG", "gpuMemoryUtilization must be in (0, 1], got " +
+                                                    std::to_string(opts_.gpu_memory_utilization));
+    }
+    options.max_batch_tokens = opts_.engine.max_num_batched_tokens;
+    options.max_seqs = opts_.engine.max_num_seqs;
+    options.max_model_len = opts_.engine.max_model_len;
+    options.cuda_graphs = opts_.cuda_graphs;
+    auto started = std::chrono::steady_clock::now();
+    auto loaded = std::make_unique<LoadedEngine>();
+    auto gpu = std::make_unique<CudaBackend>(opts_.model_dir, options);
+    loaded->backend_name = "cuda";
+    loaded->kernel_isa = "cuda";
+    loaded->device = gpu->device_name();
+    loaded->dtype = opts_.dtype;
+    loaded->load_gb_per_s = gpu->load_stats().gb_per_s();
+    loaded->kv_bytes_per_block = gpu->kv_bytes_per_block(opts_.engine.block_size);
+    EngineConfig config = opts_.engine;
+    if (config.num_blocks <= 0) {
+      const int64_t max_len = config.max_model_len > 0 ? config.max_model_len : gpu->config().max_position_embeddings;
+      const int64_t useful = int64_t{config.max_num_seqs} * ((max_len + config.block_size - 1) / config.block_size);
+      config.num_blocks = static_cast<int32_t>(
+          std::min<int64_t>(useful, gpu->profile_kv_blocks(config.block_size, opts_.gpu_memory_utilization)));
+    }
+    loaded->backend = std::move(gpu);
+    loaded->engine = std::make_unique<Engine>(*loaded->backend, config);
+    loaded->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    return loaded;
+#else
+    throw CodedError("STRATA_INVALID_CONFIG",
+                     "backend \"cuda\" is not in this build: build the addon with STRATA_CUDA_HOME set to a CUDA "
+                     "toolkit; use backend \"cpu\"");
+#endif
   }
 
   void OnOK() override {
@@ -488,7 +544,10 @@ Napi::Value EngineBinding::Info(const Napi::CallbackInfo& info) {
   o.Set("backend", loaded_->backend_name);
   o.Set("kernelIsa", loaded_->kernel_isa);
   o.Set("threads", loaded_->num_threads);
+  o.Set("dtype", loaded_->dtype);
+  o.Set("device", loaded_->device);
   o.Set("loadSeconds", loaded_->load_seconds);
+  o.Set("loadGBPerSecond", loaded_->load_gb_per_s);
   return o;
 }
 

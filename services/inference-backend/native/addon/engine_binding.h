@@ -21,8 +21,11 @@ namespace strata::addon {
 struct LoadedEngine {
   std::unique_ptr<ModelBackend> backend;
   std::unique_ptr<Engine> engine;
-  std::string backend_name;  // "cpu"
-  std::string kernel_isa;    // e.g. "avx2+fma"
+  std::string backend_name;  // "cpu" or "cuda"
+  std::string kernel_isa;    // CPU kernels: e.g. "avx2+fma"; CUDA: "cuda"
+  std::string device = "cpu";  // CUDA: the GPU's name
+  std::string dtype = "float32";  // weights, activations and KV
+  double load_gb_per_s = 0;  // checkpoint bytes read per second (CUDA: to the device)
   int32_t num_threads = 0;
   double load_seconds = 0;
   int64_t kv_bytes_per_block = 0;

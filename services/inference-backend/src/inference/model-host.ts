@@ -46,6 +46,9 @@ export class ModelHost {
           engine: info.engine,
           backend: info.backend,
           kernels: info.kernelIsa,
+          device: info.device,
+          dtype: info.dtype,
+          load_gb_per_s: info.loadGBPerSecond,
         },
         'model loaded',
       );
