@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -377,16 +378,30 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
   return cudaSuccess;
 }
 
+// An event is the host time at which the stream reached it (work runs when submitted).
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
-  *event = nullptr;
+  *event = reinterpret_cast<cudaEvent_t>(new std::chrono::steady_clock::time_point());
   return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  auto* at = reinterpret_cast<std::chrono::steady_clock::time_point*>(event);
+  strata::emu::submit([at] { *at = std::chrono::steady_clock::now(); });
+  return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  const auto& a = *reinterpret_cast<std::chrono::steady_clock::time_point*>(start);
+  const auto& b = *reinterpret_cast<std::chrono::steady_clock::time_point*>(end);
+  *ms = std::chrono::duration<float, std::milli>(b - a).count();
+  return cudaSuccess;
+}
 cudaError_t cudaEventSynchronize(cudaEvent_t) {
   return strata::emu::capturing() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
 }
-cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete reinterpret_cast<std::chrono::steady_clock::time_point*>(event);
+  return cudaSuccess;
+}
 
 cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int value) {
   return value <= 227 * 1024 ? cudaSuccess : cudaErrorInvalidValue;

@@ -148,26 +148,29 @@ std::string read_architecture(const FieldReader& fields) {
   return name;
 }
 
-void read_rope_scaling(const FieldReader& fields, ModelConfig& config) {
-  const JsonValue* scaling = fields.get("rope_scaling");
+// RoPE scaling from `key`: "rope_scaling" (transformers 4), or "rope_parameters"
+// (transformers 5, which moved rope_theta into the same object).
+void read_rope_scaling(const FieldReader& fields, ModelConfig& config, const std::string& key) {
+  const JsonValue* scaling = fields.get(key);
   if (scaling == nullptr) return;
-  if (!scaling->is_object()) fields.fail_value("rope_scaling", *scaling, "an object or null");
+  if (!scaling->is_object()) fields.fail_value(key, *scaling, "an object or null");
   FieldReader inner(*scaling, fields.source());
+  if (const JsonValue* theta = inner.get("rope_theta")) config.rope_theta = inner.positive_float(key + ".rope_theta", *theta);
   const std::string* type = inner.string("rope_type");
   if (type == nullptr) type = inner.string("type");
-  if (type == nullptr) fields.fail("rope_scaling", "has no \"rope_type\"");
+  if (type == nullptr) fields.fail(key, "has no \"rope_type\"");
   if (*type == "default") return;
-  if (*type != "llama3") fields.fail("rope_scaling", "has rope_type \"" + *type + "\", which is not supported (supported: llama3)");
+  if (*type != "llama3") fields.fail(key, "has rope_type \"" + *type + "\", which is not supported (supported: llama3)");
   const auto required = [&](std::string_view field) -> const JsonValue& {
     const JsonValue* value = inner.get(field);
-    if (value == nullptr) fields.fail("rope_scaling." + std::string(field), "is missing");
+    if (value == nullptr) fields.fail(key + "." + std::string(field), "is missing");
     return *value;
   };
-  config.rope_scaling_factor = inner.positive_float("rope_scaling.factor", required("factor"));
-  config.rope_low_freq_factor = inner.positive_float("rope_scaling.low_freq_factor", required("low_freq_factor"));
-  config.rope_high_freq_factor = inner.positive_float("rope_scaling.high_freq_factor", required("high_freq_factor"));
+  config.rope_scaling_factor = inner.positive_float(key + ".factor", required("factor"));
+  config.rope_low_freq_factor = inner.positive_float(key + ".low_freq_factor", required("low_freq_factor"));
+  config.rope_high_freq_factor = inner.positive_float(key + ".high_freq_factor", required("high_freq_factor"));
   config.rope_original_max_position =
-      inner.positive_int("rope_scaling.original_max_position_embeddings", required("original_max_position_embeddings"));
+      inner.positive_int(key + ".original_max_position_embeddings", required("original_max_position_embeddings"));
 }
 
 void fail_invalid(const std::string& source, const std::string& field, const std::string& problem) {
@@ -197,7 +200,8 @@ ModelConfig parse_model_config(std::string_view config_json, const std::string& 
   config.max_position_embeddings = fields.positive_int("max_position_embeddings");
   config.rms_norm_eps = fields.positive_float("rms_norm_eps", 1e-6f);
   config.rope_theta = fields.positive_float("rope_theta", 10000.0f);
-  read_rope_scaling(fields, config);
+  read_rope_scaling(fields, config, "rope_scaling");
+  read_rope_scaling(fields, config, "rope_parameters");
   config.tie_word_embeddings = fields.boolean("tie_word_embeddings", false);
   // Qwen2 always has q/k/v biases; Mistral never; Llama when asked (then o_proj has one too).
   config.attention_bias = is_qwen2 || (is_llama && fields.boolean("attention_bias", false));

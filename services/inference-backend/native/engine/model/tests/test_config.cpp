@@ -99,6 +99,22 @@ TEST_CASE("config: llama3 rope scaling and eos lists") {
   CHECK_EQ(c.rope_original_max_position, 8192);
 }
 
+TEST_CASE("config: transformers 5's rope_parameters carry rope_theta and the llama3 scaling") {
+  std::string text = replaced(tiny_with("\"rope_scaling\": null", "\"rope_parameters\": {\"rope_type\": \"llama3\", "
+                              "\"rope_theta\": 500000.0, \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                              "\"original_max_position_embeddings\": 8192}"), "\"rope_theta\": 10000.0,", "");
+  ModelConfig c = parse_model_config(text, "config.json");
+  CHECK_NEAR(c.rope_theta, 500000.0, 0);
+  CHECK_NEAR(c.rope_scaling_factor, 8.0, 0);
+  CHECK_EQ(c.rope_original_max_position, 8192);
+  // Its "default" type carries only rope_theta.
+  c = parse_model_config(replaced(tiny_with("\"rope_scaling\": null", "\"rope_parameters\": {\"rope_type\": \"default\", "
+                                            "\"rope_theta\": 20000.0}"), "\"rope_theta\": 10000.0,", ""),
+                         "config.json");
+  CHECK_NEAR(c.rope_theta, 20000.0, 0);
+  CHECK_NEAR(c.rope_scaling_factor, 0.0, 0);
+}
+
 TEST_CASE("config: generation_config.json adds eos ids") {
   ModelConfig c = parse_model_config(kTinyStories, "config.json");
   merge_generation_config(c, R"({"bos_token_id": 1, "eos_token_id": [2, 7]})", "generation_config.json");

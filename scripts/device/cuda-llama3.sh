@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The CUDA backend on a Llama-3-8B shape, on the GPU machine, in one call (run after
+# cuda-kernels.sh has passed): transformers writes a random-weight model and its bf16 logits
+# (llama3_random.py); check_cuda_hf_logits loads it (safetensors throughput) and compares its
+# logits; bench_cuda_forward times prefill 8 x 1,024 and decode at batch 1..128 with 1,024-token
+# contexts against the measured ceilings. Logs and JSON are packed into $OUT/cuda-llama3.tgz;
+# the tables are printed last. From the repository root:
+#   bash scripts/device/cuda-llama3.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/strata-cuda-out}
+RESULTS=/tmp/strata-llama3-results
+MODEL=${STRATA_LLAMA3_DIR:-/tmp/llama3-random}
+rm -rf "$RESULTS"
+mkdir -p "$OUT" "$RESULTS"
+trap 'tar czf "$OUT/cuda-llama3.tgz" -C "$RESULTS" .' EXIT
+cd "$(dirname "$0")/../.."
+
+nvcc_path=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+cuda_home=${STRATA_CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$nvcc_path")")")}
+if [ -z "${STRATA_CUBLAS_DIR:-}" ]; then
+  for dir in "$cuda_home/lib64" "$cuda_home/lib" $(python3 -c 'import nvidia, os; [print(os.path.join(p, "cu13", "lib")) for p in nvidia.__path__]; [print(os.path.join(p, "cublas", "lib")) for p in nvidia.__path__]' 2>/dev/null); do
+    if ls "$dir"/libcublasLt.so* > /dev/null 2>&1; then
+      export STRATA_CUBLAS_DIR=$dir
+      break
+    fi
+  done
+fi
+build=/tmp/strata-cuda-build
+cmake -S services/inference-backend/native/engine -B "$build" -DSTRATA_CUDA_HOME="$cuda_home" \
+  -DSTRATA_CUDA_ARCHS=90 > "$RESULTS/build.log" 2>&1 &&
+  cmake --build "$build" -j "$(nproc)" --target check_cuda_hf_logits bench_cuda_forward >> "$RESULTS/build.log" 2>&1 ||
+  { tail -30 "$RESULTS/build.log"; exit 1; }
+
+if [ ! -f "$MODEL/logits.bin" ]; then
+  PYTHONUNBUFFERED=1 python3 scripts/device/llama3_random.py "$MODEL" 2>&1 | tee "$RESULTS/llama3_random.log" || exit 1
+fi
+STRATA_CHECK_JSON="$RESULTS/check_hf_logits.json" "$build/cuda/check_cuda_hf_logits" "$MODEL" 2>&1 |
+  tee "$RESULTS/check_hf_logits.log"
+check=${PIPESTATUS[0]}
+"$build/cuda/bench_cuda_forward" "$MODEL" "$RESULTS/cuda-forward.json" 2>&1 | tee "$RESULTS/bench_forward.log"
+bench=${PIPESTATUS[0]}
+echo
+grep -E "^(ok|FAIL)|loaded" "$RESULTS/check_hf_logits.log"
+tail -12 "$RESULTS/bench_forward.log"
+[ "$check" -eq 0 ] && [ "$bench" -eq 0 ]
