@@ -3,9 +3,10 @@
 # cuda-kernels.sh has passed): transformers writes a random-weight model and its bf16 logits
 # (llama3_random.py); check_cuda_hf_logits loads it (safetensors throughput) and compares its
 # logits; bench_cuda_forward times prefill 8 x 1,024 and decode at batch 1..128 with 1,024-token
-# contexts against the measured ceilings. Logs and JSON are packed into $OUT/cuda-llama3.tgz;
-# the tables are printed last. From the repository root:
-#   bash scripts/device/cuda-llama3.sh
+# contexts against the measured ceilings; bench_cuda_e2e runs 256 requests of 1,024 + 128 tokens
+# through the engine next to transformers' generate() (hf_generate.py). Logs and JSON are
+# packed into $OUT/cuda-llama3.tgz; the tables are printed last. From the repository root:
+#   bash scripts/device/cuda-llama3.sh [check forward e2e]   (default: all three)
 set -uo pipefail
 OUT=${OUT:-/tmp/strata-cuda-out}
 RESULTS=/tmp/strata-llama3-results
@@ -28,18 +29,35 @@ fi
 build=/tmp/strata-cuda-build
 cmake -S services/inference-backend/native/engine -B "$build" -DSTRATA_CUDA_HOME="$cuda_home" \
   -DSTRATA_CUDA_ARCHS=90 > "$RESULTS/build.log" 2>&1 &&
-  cmake --build "$build" -j "$(nproc)" --target check_cuda_hf_logits bench_cuda_forward >> "$RESULTS/build.log" 2>&1 ||
+  cmake --build "$build" -j "$(nproc)" --target check_cuda_hf_logits bench_cuda_forward bench_cuda_e2e \
+    >> "$RESULTS/build.log" 2>&1 ||
   { tail -30 "$RESULTS/build.log"; exit 1; }
 
 if [ ! -f "$MODEL/logits.bin" ]; then
   PYTHONUNBUFFERED=1 python3 scripts/device/llama3_random.py "$MODEL" 2>&1 | tee "$RESULTS/llama3_random.log" || exit 1
 fi
-STRATA_CHECK_JSON="$RESULTS/check_hf_logits.json" "$build/cuda/check_cuda_hf_logits" "$MODEL" 2>&1 |
-  tee "$RESULTS/check_hf_logits.log"
-check=${PIPESTATUS[0]}
-"$build/cuda/bench_cuda_forward" "$MODEL" "$RESULTS/cuda-forward.json" 2>&1 | tee "$RESULTS/bench_forward.log"
-bench=${PIPESTATUS[0]}
+phases=${*:-check forward e2e}
+status=0
+for phase in $phases; do
+  case $phase in
+    check)
+      STRATA_CHECK_JSON="$RESULTS/check_hf_logits.json" "$build/cuda/check_cuda_hf_logits" "$MODEL" 2>&1 |
+        tee "$RESULTS/check_hf_logits.log"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
+    forward)
+      "$build/cuda/bench_cuda_forward" "$MODEL" "$RESULTS/cuda-forward.json" 2>&1 | tee "$RESULTS/bench_forward.log"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
+    e2e)
+      PYTHONUNBUFFERED=1 python3 scripts/device/hf_generate.py "$MODEL" "$RESULTS/hf_generate.json" 2>&1 |
+        tee "$RESULTS/hf_generate.log"
+      "$build/cuda/bench_cuda_e2e" "$MODEL" "$RESULTS/cuda-e2e.json" --hf "$RESULTS/hf_generate.json" 2>&1 |
+        tee "$RESULTS/bench_e2e.log"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
+    *) echo "unknown phase $phase (check, forward, e2e)" >&2; exit 2 ;;
+  esac
+done
 echo
-grep -E "^(ok|FAIL)|loaded" "$RESULTS/check_hf_logits.log"
-tail -12 "$RESULTS/bench_forward.log"
-[ "$check" -eq 0 ] && [ "$bench" -eq 0 ]
+[ -f "$RESULTS/check_hf_logits.log" ] && grep -E "^(ok|FAIL)|loaded" "$RESULTS/check_hf_logits.log"
+[ -f "$RESULTS/bench_forward.log" ] && tail -10 "$RESULTS/bench_forward.log"
+[ -f "$RESULTS/bench_e2e.log" ] && tail -4 "$RESULTS/bench_e2e.log"
+exit $status

@@ -82,9 +82,7 @@ struct Seq {
   std::vector<int32_t> table;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   require_device();
   if (argc < 2) {
     std::fprintf(stderr, "usage: bench_cuda_forward <model dir> [out.json] [--context C] [--batches 1,8,...] "
@@ -236,4 +234,14 @@ int main(int argc, char** argv) {
   std::printf("(targets: >= 85%% of the roofline at batch 1, >= 70%% at batch 64; %lld graph / %lld eager steps)\n",
               static_cast<long long>(backend.graph_steps()), static_cast<long long>(backend.eager_steps()));
   return 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
 }

@@ -650,10 +650,9 @@ struct CudaBackend::Impl {
   void capture_graphs() {
     destroy_graphs();
     if (!options.cuda_graphs) return;
-    for (int32_t rows = 1; rows <= std::min({options.max_graph_batch, options.max_seqs, options.max_batch_tokens});
-         rows *= 2) {
-      graph_sizes.push_back(rows);
-    }
+    const int32_t largest = std::min({options.max_graph_batch, options.max_seqs, options.max_batch_tokens});
+    for (int32_t rows = 1; rows <= largest; rows *= 2) graph_sizes.push_back(rows);
+    if (graph_sizes.back() != largest) graph_sizes.push_back(largest);  // a full batch needs no padding
     for (int32_t rows : graph_sizes) {
       pad_decode_rows(0, rows, 0);
       const StepShape shape = graph_shape(rows);

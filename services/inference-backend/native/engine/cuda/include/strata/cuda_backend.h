@@ -24,7 +24,8 @@ struct CudaBackendOptions {
   // Longest sequence a forward may attend over; 0 = the model's max_position_embeddings.
   int32_t max_model_len = 0;
   // Decode steps of up to max_graph_batch sequences replay CUDA graphs captured for batch sizes
-  // 1, 2, 4, ... when the KV pool is allocated; larger or prefill steps run eagerly.
+  // 1, 2, 4, ... and the largest batch itself when the KV pool is allocated; prefill steps
+  // and larger batches run eagerly.
   bool cuda_graphs = true;
   int32_t max_graph_batch = 256;
 };

@@ -1,0 +1,156 @@
+// End to end on the CUDA backend: N requests of P random prompt tokens and O output tokens
+// (greedy, no early stop) submitted at once to the engine (scheduler, block manager, sampler)
+// and stepped to completion, as vLLM's offline throughput benchmark does. Reports output and
+// total tokens per second and TTFT p50/p99 (from submission, queueing included), next to
+// transformers' generate() when its timing is given (scripts/device/hf_generate.py, same GPU).
+//   bench_cuda_e2e <model dir> [out.json] [--requests 256] [--prompt 1024] [--output 128]
+//                  [--hf hf_generate.json] [--utilization 0.9]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "check_util.h"
+#include "strata/cuda_backend.h"
+#include "strata/engine.h"
+
+using namespace strata;
+using namespace strata::cuda::checks;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double percentile(std::vector<double> xs, double q) {
+  if (xs.empty()) return 0.0;
+  std::sort(xs.begin(), xs.end());
+  return xs[std::min(xs.size() - 1, static_cast<size_t>(q * double(xs.size())))];
+}
+
+// The one number bench needs from hf_generate.py's JSON: {"seconds": S, "output_tokens": N, ...}.
+double json_number(const std::string& text, const std::string& key) {
+  const size_t at = text.find("\"" + key + "\"");
+  if (at == std::string::npos) return 0.0;
+  return std::atof(text.c_str() + text.find(':', at) + 1);
+}
+
+int run(int argc, char** argv) {
+  require_device();
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: bench_cuda_e2e <model dir> [out.json] [--requests N] [--prompt P] [--output O] "
+                         "[--hf hf_generate.json] [--utilization U]\n");
+    return 2;
+  }
+  std::string model_dir = argv[1], out_json, hf_json;
+  int32_t requests = 256, prompt = 1024, output = 128;
+  double utilization = 0.9;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--requests" && i + 1 < argc) requests = std::atoi(argv[++i]);
+    else if (a == "--prompt" && i + 1 < argc) prompt = std::atoi(argv[++i]);
+    else if (a == "--output" && i + 1 < argc) output = std::atoi(argv[++i]);
+    else if (a == "--hf" && i + 1 < argc) hf_json = argv[++i];
+    else if (a == "--utilization" && i + 1 < argc) utilization = std::atof(argv[++i]);
+    else if (out_json.empty() && a.rfind("--", 0) != 0) out_json = a;
+    else {
+      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if (requests < 1 || prompt < 1 || output < 1 || !(utilization > 0.0 && utilization <= 1.0)) {
+    std::fprintf(stderr, "requests, prompt and output must be >= 1, utilization in (0, 1]\n");
+    return 2;
+  }
+
+  EngineConfig config;
+  config.block_size = 16;
+  config.max_num_seqs = std::min(requests, 256);
+  config.max_num_batched_tokens = std::max(8192, prompt);
+  config.max_model_len = prompt + output;
+  CudaBackendOptions options;
+  options.dtype = cuda::DType::kBF16;
+  options.max_seqs = config.max_num_seqs;
+  options.max_batch_tokens = config.max_num_batched_tokens;
+  options.max_model_len = config.max_model_len;
+  CudaBackend backend(model_dir, options);
+  const int32_t per_seq = (config.max_model_len + config.block_size - 1) / config.block_size;
+  config.num_blocks = std::min(backend.profile_kv_blocks(config.block_size, utilization), config.max_num_seqs * per_seq);
+  std::printf("%s on %s: KV pool %d blocks (%.1f GB)\n", model_dir.c_str(), backend.device_name().c_str(),
+              config.num_blocks, double(config.num_blocks) * backend.kv_bytes_per_block(config.block_size) / 1e9);
+  Engine engine(backend, config);
+
+  const int32_t vocab = backend.config().vocab_size;
+  std::unordered_map<uint64_t, double> first_token_ms;
+  const Clock::time_point start = Clock::now();
+  for (int32_t i = 0; i < requests; ++i) {
+    Request r;
+    r.id = uint64_t(i) + 1;
+    r.prompt.resize(prompt);
+    for (int32_t& t : r.prompt) t = random_int(0, vocab - 1);
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = output;
+    r.params.ignore_eos = true;
+    engine.submit(std::move(r));
+  }
+  int64_t output_tokens = 0, steps = 0;
+  while (engine.has_unfinished()) {
+    const StepOutput out = engine.step();
+    ++steps;
+    const double at = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    for (const TokenEvent& e : out.tokens) {
+      ++output_tokens;
+      first_token_ms.try_emplace(e.request_id, at);
+    }
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<double> ttft;
+  for (const auto& [id, ms] : first_token_ms) ttft.push_back(ms);
+  const double out_per_s = double(output_tokens) / seconds;
+  const double total_per_s = double(output_tokens + int64_t(requests) * prompt) / seconds;
+
+  double hf_seconds = 0.0, hf_tokens = 0.0;
+  if (!hf_json.empty()) {
+    std::ifstream in(hf_json);
+    std::stringstream text;
+    text << in.rdbuf();
+    hf_seconds = json_number(text.str(), "seconds");
+    hf_tokens = json_number(text.str(), "output_tokens");
+  }
+  const double hf_per_s = hf_seconds > 0.0 ? hf_tokens / hf_seconds : 0.0;
+
+  if (!out_json.empty()) {
+    std::ofstream out(out_json);
+    out << "{\"benchmark\":\"cuda-e2e\",\"device\":\"" << backend.device_name() << "\",\"requests\":" << requests
+        << ",\"prompt_tokens\":" << prompt << ",\"output_tokens\":" << output << ",\"seconds\":" << seconds
+        << ",\"steps\":" << steps << ",\"output_tokens_per_s\":" << out_per_s << ",\"total_tokens_per_s\":" << total_per_s
+        << ",\"ttft_ms\":{\"p50\":" << percentile(ttft, 0.5) << ",\"p99\":" << percentile(ttft, 0.99) << "}"
+        << ",\"graph_steps\":" << backend.graph_steps() << ",\"eager_steps\":" << backend.eager_steps()
+        << ",\"transformers\":{\"seconds\":" << hf_seconds << ",\"output_tokens_per_s\":" << hf_per_s << "}"
+        << ",\"speedup\":" << (hf_per_s > 0.0 ? out_per_s / hf_per_s : 0.0) << "}\n";
+  }
+  std::printf("\n%d requests x (%d prompt + %d output tokens), bf16, on %s\n", requests, prompt, output,
+              backend.device_name().c_str());
+  std::printf("strata:       %.1f s, %.0f output tok/s, %.0f total tok/s, TTFT p50 %.0f ms p99 %.0f ms, %lld steps\n",
+              seconds, out_per_s, total_per_s, percentile(ttft, 0.5), percentile(ttft, 0.99),
+              static_cast<long long>(steps));
+  if (hf_per_s > 0.0) {
+    std::printf("transformers: %.1f s, %.0f output tok/s (generate, static batches)\n", hf_seconds, hf_per_s);
+    std::printf("speedup: %.2fx (target >= 5x)\n", out_per_s / hf_per_s);
+  }
+  return output_tokens == int64_t(requests) * output ? 0 : 1;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
