@@ -155,7 +155,6 @@ struct CudaBackend::Impl {
   }
 
   Impl(const std::filesystem::path& model_dir, CudaBackendOptions opts) : options(opts), dtype(opts.dtype) {
-    const auto started = std::chrono::steady_clock::now();
     config = load_model_config(model_dir);
     esize = cuda::dtype_size(dtype);
     hidden = config.hidden_size;
@@ -191,13 +190,14 @@ struct CudaBackend::Impl {
     cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     gemm = std::make_unique<cuda::Gemm>();
 
+    const auto started = std::chrono::steady_clock::now();
     load_weights(model_dir);
+    load.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     Rope rope(config);  // inv_freq exactly as the CPU backend computes it
     inv_freq = DeviceMemory(sizeof(float) * rope.inv_freq().size(), "RoPE frequencies");
     cuda::check(cudaMemcpy(inv_freq.as(), rope.inv_freq().data(), inv_freq.bytes(), cudaMemcpyHostToDevice),
                 "copying RoPE frequencies");
     allocate_activations();
-    load.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   }
 
   // Lays every weight out in one device allocation (q/k/v and gate/up fused by rows), then
@@ -361,6 +361,7 @@ struct CudaBackend::Impl {
   }
 
   void allocate(int32_t blocks, int32_t size) {
+    cuda::check(cudaSetDevice(options.device), "cudaSetDevice");  // the current device is per thread
     if (blocks <= 0 || size <= 0) {
       bad_input("allocate_kv needs positive num_blocks and block_size, got " + std::to_string(blocks) + " and " +
                 std::to_string(size));
@@ -677,6 +678,8 @@ struct CudaBackend::Impl {
   }
 
   void forward(const StepBatch& batch, float* logits) {
+    // The engine loop's thread is not the one that loaded the model; the device is per thread.
+    cuda::check(cudaSetDevice(options.device), "cudaSetDevice");
     // A decode-only step that a graph holds replays it; anything else runs eagerly.
     int32_t graph = -1;
     if (!graphs.empty() && !batch.seqs.empty()) {
@@ -724,6 +727,7 @@ void CudaBackend::copy_block(int32_t src, int32_t dst) {
     bad_input("copy_block(" + std::to_string(src) + ", " + std::to_string(dst) + "): block id outside the KV pool (" +
               std::to_string(m.num_blocks) + " blocks)");
   }
+  cuda::check(cudaSetDevice(m.options.device), "cudaSetDevice");
   int32_t* d = m.step_ints.as<int32_t>();
   const int32_t pair[2] = {src, dst};
   cuda::check(cudaMemcpyAsync(d, pair, sizeof(pair), cudaMemcpyHostToDevice, m.stream), "copying block ids");

@@ -32,7 +32,7 @@ struct CudaBackendOptions {
 
 struct CudaLoadStats {
   int64_t bytes = 0;         // read from the checkpoint
-  double seconds = 0.0;      // from opening the files to the last weight on the device
+  double seconds = 0.0;      // from opening the checkpoint to the last weight converted on the device
   double gb_per_s() const { return seconds > 0.0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
 };
 
