@@ -94,8 +94,11 @@ describe('services/inference-backend/Dockerfile', () => {
     );
     expect(find(build, 'ENV').some((e) => e.args === 'STRATA_CUDA_HOME=/usr/local/cuda')).toBe(true);
     expect(find(build, 'RUN').some((r) => r.args.includes('scripts/build-native.mjs'))).toBe(true);
-    // The archs come from CMakeLists.txt's default, which must stay sm_80/sm_89/sm_90.
-    const cmake = readFileSync(join(repoRoot, 'services/inference-backend/CMakeLists.txt'), 'utf8');
+    // The archs come from the engine's nvcc module default, which must stay sm_80/sm_89/sm_90.
+    const cmake = readFileSync(
+      join(repoRoot, 'services/inference-backend/native/engine/cmake/StrataNvcc.cmake'),
+      'utf8',
+    );
     expect(cmake).toMatch(/set\(STRATA_CUDA_ARCHS "80;89;90"/);
   });
 
