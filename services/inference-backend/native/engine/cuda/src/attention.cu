@@ -259,6 +259,37 @@ struct PrefillParams {
   float scale;
 };
 
+// The slice, query tile and KV head a prefill block works on, and where a key of its KV head
+// lives in the paged cache.
+struct PrefillTile {
+  int32_t row0, first, rows, start, kv_head, block_size, head_dim;
+  const int32_t* table;
+  int64_t head_stride, block_stride;
+
+  // False when the tile starts past its slice's rows (the grid is sized for the longest slice).
+  template <typename T>
+  __device__ bool init(const PrefillParams<T>& p, int32_t queries, int32_t d) {
+    const int32_t slice = blockIdx.z;
+    row0 = p.query_start[slice];
+    const int32_t n = p.query_start[slice + 1] - row0;
+    first = blockIdx.x * queries;
+    if (first >= n) return false;
+    rows = min(queries, n - first);
+    start = p.start_pos[slice];
+    kv_head = blockIdx.y / (p.num_heads / p.num_kv_heads);
+    block_size = p.block_size;
+    head_dim = d;
+    table = p.block_tables + int64_t{slice} * p.block_table_stride;
+    head_stride = int64_t{p.block_size} * d;
+    block_stride = head_stride * p.num_kv_heads;
+    return true;
+  }
+  // Element offset of key (or value) t's row in one layer's cache.
+  __device__ int64_t key(int32_t t) const {
+    return int64_t{table[t / block_size]} * block_stride + kv_head * head_stride + int64_t{t % block_size} * head_dim;
+  }
+};
+
 template <int D>
 constexpr size_t prefill_shared_bytes() {
   return sizeof(float) * (kPrefillQueries * D + kPrefillKeys * (D + 1) + kPrefillKeys * D +
@@ -273,17 +304,10 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(PrefillParams<
   float* vs = ks + kPrefillKeys * (D + 1);        // (keys, D)
   float* ps = vs + kPrefillKeys * D;              // (queries, keys) probabilities of this tile
 
-  const int32_t slice = blockIdx.z, head = blockIdx.y;
-  const int32_t row0 = p.query_start[slice];
-  const int32_t n = p.query_start[slice + 1] - row0;
-  const int32_t tile_first = blockIdx.x * kPrefillQueries;
-  if (tile_first >= n) return;
-  const int32_t tile_rows = min(kPrefillQueries, n - tile_first);
-  const int32_t start = p.start_pos[slice];
-  const int32_t kv_head = head / (p.num_heads / p.num_kv_heads);
-  const int32_t* table = p.block_tables + int64_t{slice} * p.block_table_stride;
-  const int64_t head_stride = int64_t{p.block_size} * D;
-  const int64_t block_stride = head_stride * p.num_kv_heads;
+  const int32_t head = blockIdx.y;
+  PrefillTile tile{};
+  if (!tile.init(p, kPrefillQueries, D)) return;
+  const int32_t row0 = tile.row0, tile_first = tile.first, tile_rows = tile.rows, start = tile.start;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
   for (int i = tid; i < kPrefillQueries * D; i += kPrefillThreads) {
@@ -311,8 +335,7 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(PrefillParams<
       const int32_t t = kv_first + j;
       float kval = 0.0f, vval = 0.0f;
       if (t < kv_end) {
-        const int64_t at = int64_t{table[t / p.block_size]} * block_stride + kv_head * head_stride +
-                           int64_t{t % p.block_size} * D + d;
+        const int64_t at = tile.key(t) + d;
         kval = to_float(p.k_cache[at]);
         vval = to_float(p.v_cache[at]);
       }
@@ -408,17 +431,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32) prefill_mma_kernel(PrefillPara
   float* row_max = os + kMmaQueries * D;          // (64)
   float* row_sum = row_max + kMmaQueries;         // (64)
 
-  const int32_t slice = blockIdx.z, head = blockIdx.y;
-  const int32_t row0 = p.query_start[slice];
-  const int32_t n = p.query_start[slice + 1] - row0;
-  const int32_t tile_first = blockIdx.x * kMmaQueries;
-  if (tile_first >= n) return;
-  const int32_t tile_rows = min(kMmaQueries, n - tile_first);
-  const int32_t start = p.start_pos[slice];
-  const int32_t kv_head = head / (p.num_heads / p.num_kv_heads);
-  const int32_t* table = p.block_tables + int64_t{slice} * p.block_table_stride;
-  const int64_t head_stride = int64_t{p.block_size} * D;
-  const int64_t block_stride = head_stride * p.num_kv_heads;
+  const int32_t head = blockIdx.y;
+  PrefillTile tile{};
+  if (!tile.init(p, kMmaQueries, D)) return;
+  const int32_t row0 = tile.row0, tile_first = tile.first, tile_rows = tile.rows, start = tile.start;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
   for (int i = tid; i < kMmaQueries * D; i += blockDim.x) {
@@ -445,8 +461,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) prefill_mma_kernel(PrefillPara
       const int j = i / D, d = i % D;
       const int32_t t = kv_first + j;
       if (t < kv_end) {
-        const int64_t at = int64_t{table[t / p.block_size]} * block_stride + kv_head * head_stride +
-                           int64_t{t % p.block_size} * D + d;
+        const int64_t at = tile.key(t) + d;
         ks[i] = p.k_cache[at];
         vs[i] = p.v_cache[at];
       } else {
