@@ -81,10 +81,14 @@ for program in "$build"/cuda/check_cuda_*; do
 done
 if command -v compute-sanitizer > /dev/null; then
   run_check memcheck_kernels compute-sanitizer --tool memcheck --error-exitcode 3 "$build/cuda/check_cuda_kernels"
+  # The sampler hands data between threads and blocks through shared memory: memcheck, then
+  # racecheck (shared-memory hazards), each bounded so a slow run cannot eat the session.
+  run_check memcheck_sampling timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$build/cuda/check_cuda_sampling"
+  run_check racecheck_sampling timeout 300 compute-sanitizer --tool racecheck --error-exitcode 3 "$build/cuda/check_cuda_sampling"
 fi
 for program in "$build"/cuda/bench_cuda_*; do
   name=$(basename "$program")
-  [ "$name" = bench_cuda_forward ] && continue  # needs a model: cuda-llama3.sh
+  case $name in bench_cuda_forward | bench_cuda_e2e) continue ;; esac  # need a model: cuda-llama3.sh
   t0=$(date +%s)
   "$program" "$RESULTS/$name.json" > "$RESULTS/$name.log" 2>&1
   result[$name]="rc $?, $(( $(date +%s) - t0 )) s"
@@ -94,7 +98,7 @@ echo
 for name in "${!result[@]}"; do printf '%-28s %s\n' "$name" "${result[$name]}"; done | sort
 echo "spills: $(wc -l < "$RESULTS/spills.txt") kernels (spills.txt)"
 for program in "$build"/cuda/bench_cuda_*; do
-  [ "$(basename "$program")" = bench_cuda_forward ] && continue
+  case $(basename "$program") in bench_cuda_forward | bench_cuda_e2e) continue ;; esac
   echo "--- $(basename "$program")"
   tail -25 "$RESULTS/$(basename "$program").log"
 done

@@ -17,6 +17,21 @@ Sampler::Sampler(int32_t vocab_size, std::vector<int32_t> eos_token_ids)
   weight_.reserve(static_cast<size_t>(vocab_size));
 }
 
+SamplingRow sampling_row(const SamplingParams& p, double uniform) {
+  SamplingRow r;
+  r.uniform = uniform;
+  r.temperature = p.temperature;
+  r.top_p = p.top_p;
+  r.min_p = p.min_p;
+  r.repetition_penalty = p.repetition_penalty;
+  r.frequency_penalty = p.frequency_penalty;
+  r.presence_penalty = p.presence_penalty;
+  r.top_k = p.top_k;
+  r.logprobs = p.logprobs;
+  r.processed_logprobs = p.processed_logprobs ? 1 : 0;
+  return r;
+}
+
 bool Sampler::is_eos(int32_t token) const { return std::find(eos_.begin(), eos_.end(), token) != eos_.end(); }
 
 uint32_t Sampler::next_epoch() {

@@ -33,6 +33,7 @@ namespace strata::cuda::checks {
 // Exits 2 with the reason when there is no usable device, so a script can tell "no GPU" from
 // "a check failed" (exit 1).
 inline void require_device() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it happens, also into a log file
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,63 @@ struct StepBatch {
   std::vector<SeqSlice> seqs;
 };
 
+// ---- Sampling on the backend's device (optional; see ModelBackend::samples_on_device) ---------
+// The core fills one SamplingRow per slice with want_logits, in batch order, and the backend
+// returns what core's Sampler (core/src/sampler.cpp) would have: the same penalties, min_tokens
+// masking, temperature, top-k -> top-p -> min-p and inverse-CDF draw with the row's uniform.
+
+inline constexpr int32_t kMaxSampledTop = 20;  // top logprobs per row (core's kMaxLogprobs)
+
+// One distinct token of a sequence's prompt + output: the repetition penalty applies once per
+// entry, the frequency penalty output_count times, the presence penalty once if output_count > 0.
+struct PenaltyEntry {
+  int32_t token;
+  int32_t output_count;
+};
+
+// One row's sampling inputs for this step (64 bytes; a device backend uploads them as they are).
+struct SamplingRow {
+  double uniform = 0.0;              // drawn from the sequence's Rng: one per sampled token
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  int32_t top_k = 0;                 // <= 0: off
+  int32_t logprobs = -1;             // -1 none, 0 the sampled token's, n <= kMaxSampledTop also the top n
+  int32_t processed_logprobs = 0;    // 0: of the raw logits; else of the distribution drawn from
+  int32_t mask_stop_ids = 0;         // min_tokens not reached: stop_ids[stop_offset, +stop_count) -> -inf
+  int32_t penalty_offset = 0;        // SamplingBatch::penalty_entries[penalty_offset, +penalty_count)
+  int32_t penalty_count = 0;
+  int32_t stop_offset = 0;           // the sequence's stop ids, plus eos unless ignore_eos
+  int32_t stop_count = 0;
+};
+static_assert(sizeof(SamplingRow) == 64, "SamplingRow is uploaded as raw bytes");
+
+struct SamplingBatch {
+  std::vector<SamplingRow> rows;
+  std::vector<PenaltyEntry> penalty_entries;  // the pool rows' penalty offsets index
+  std::vector<int32_t> stop_ids;              // the pool rows' stop offsets index
+  void clear() {
+    rows.clear();
+    penalty_entries.clear();
+    stop_ids.clear();
+  }
+};
+
+struct SampledRow {
+  int32_t token = -1;
+  float logprob = 0.0f;     // of token, when the row's logprobs >= 0
+  int32_t top_count = 0;    // entries of the row's top list: n (raw), or min(n, kept tokens) (processed)
+};
+
+struct SampledBatch {
+  std::vector<SampledRow> rows;
+  std::vector<int32_t> top_ids;       // (rows, kMaxSampledTop): row i's list, most likely first
+  std::vector<float> top_logprobs;    // (rows, kMaxSampledTop)
+};
+
 // The KV pool is owned by the backend, which picks its layout and dtype; the core only deals
 // in block ids. One block holds block_size tokens' K and V for every layer and kv head (the CPU
 // backend's layout is in model/src/kv_cache.h).
@@ -63,6 +121,14 @@ class ModelBackend {
   virtual void forward(const StepBatch& batch, float* logits) = 0;
   // Copy-on-write support: copies one physical block's K and V (all layers) to another.
   virtual void copy_block(int32_t src, int32_t dst) = 0;
+  // True when the backend samples where its logits are (forward_sample), so that they never
+  // cross to the host: the core then uses forward_sample instead of forward.
+  virtual bool samples_on_device() const { return false; }
+  // forward(), then samples each wanted row as `sampling` says; out.rows gets one entry per
+  // sampling row, out.top_* their top lists.
+  virtual void forward_sample(const StepBatch&, const SamplingBatch&, SampledBatch&) {
+    throw std::logic_error("this backend does not sample on its device (samples_on_device() is false)");
+  }
 };
 
 }  // namespace strata

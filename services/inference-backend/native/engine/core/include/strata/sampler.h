@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "strata/model_backend.h"
 #include "strata/sequence.h"
 
 namespace strata {
@@ -23,6 +24,10 @@ struct SampleResult {
   float logprob = 0.0f;           // of `token`, when params.logprobs >= 0
   std::vector<TokenLogprob> top;  // n entries (raw), or min(n, kept tokens) (processed); most likely first
 };
+
+// A request's parameters as a device sampler's row (model_backend.h), with the uniform drawn
+// for this token; the mask and the penalty and stop ranges are the caller's to fill.
+SamplingRow sampling_row(const SamplingParams& params, double uniform);
 
 class Sampler {
  public:
