@@ -25,6 +25,8 @@ export const configSchema = baseServiceSchema.extend({
       gpuMemoryUtilization: z.coerce.number().gt(0).max(1).default(0.9),
       /** CUDA backend: decode steps replay CUDA graphs (false: every step eager, as vLLM's --enforce-eager). */
       cudaGraphs: configFields.boolean(true),
+      /** CUDA backend: sample on the GPU (false: the logits go to the host and the CPU sampler). */
+      gpuSampling: configFields.boolean(true),
       blockSize: z.coerce.number().int().min(1).max(256).default(16),
       maxNumBatchedTokens: configFields.positiveInt(2048),
       maxNumSeqs: configFields.positiveInt(256),
@@ -61,6 +63,7 @@ export const configEnv: EnvMap = {
   'engine.dtype': 'STRATA_DTYPE',
   'engine.gpuMemoryUtilization': 'STRATA_GPU_MEMORY_UTILIZATION',
   'engine.cudaGraphs': 'STRATA_CUDA_GRAPHS',
+  'engine.gpuSampling': 'STRATA_GPU_SAMPLING',
   'engine.blockSize': 'STRATA_BLOCK_SIZE',
   'engine.maxNumBatchedTokens': 'STRATA_MAX_NUM_BATCHED_TOKENS',
   'engine.maxNumSeqs': 'STRATA_MAX_NUM_SEQS',

@@ -62,6 +62,8 @@ export interface NativeLoadOptions {
   gpuMemoryUtilization?: number;
   /** CUDA backend: replay CUDA graphs for decode steps of up to 256 sequences (default true). */
   cudaGraphs?: boolean;
+  /** CUDA backend: sample on the GPU, so only tokens cross to the host (default true). */
+  gpuSampling?: boolean;
 }
 
 /** core/include/strata/sampling_params.h; validated natively at submit. */
@@ -180,6 +182,10 @@ export interface NativeEngineInfo {
   loadSeconds: number;
   /** Checkpoint bytes per second while loading (the CUDA backend's copy to the device); 0 when not measured. */
   loadGBPerSecond: number;
+  /** Where tokens are sampled: the GPU by default on the CUDA backend (STRATA_GPU_SAMPLING). */
+  sampling: 'cpu' | 'gpu';
+  /** Why sampling is on the CPU although the GPU was configured (e.g. a vocabulary too large for it). */
+  samplingNote?: string;
 }
 
 export interface NativeEngine {

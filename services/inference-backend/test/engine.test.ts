@@ -47,6 +47,7 @@ describe('engine', () => {
       numKvHeads: 4,
     });
     expect(engine.info.engine).toMatchObject({ numBlocks: 512, blockSize: 16, maxModelLen: 512 });
+    expect(engine.info.sampling).toBe('cpu');
   });
 
   it('streams greedy tokens and ends with a finish reason', async () => {
@@ -241,10 +242,15 @@ describe('engine under pressure', () => {
       const gpu = await load;
       const cpu = await Engine.load({ modelDir: modelPath('tinystories-656k'), numBlocks: 512 });
       try {
-        expect(gpu.info).toMatchObject({ backend: 'cuda', dtype: 'float32', kernelIsa: 'cuda' });
+        expect(gpu.info).toMatchObject({ backend: 'cuda', dtype: 'float32', kernelIsa: 'cuda', sampling: 'gpu' });
         const greedy = { temperature: 0, maxTokens: 40, ignoreEos: true };
         expect(tokensOf(await collect(gpu.generate(PROMPT, greedy)))).toEqual(
           tokensOf(await collect(cpu.generate(PROMPT, greedy))),
+        );
+        // Seeded sampling on the GPU draws what the CPU sampler draws from the same logits.
+        const sampled = { temperature: 0.8, topK: 40, topP: 0.9, seed: 7, maxTokens: 40, ignoreEos: true };
+        expect(tokensOf(await collect(gpu.generate(PROMPT, sampled)))).toEqual(
+          tokensOf(await collect(cpu.generate(PROMPT, sampled))),
         );
       } finally {
         await Promise.all([gpu.close(), cpu.close()]);

@@ -38,6 +38,7 @@ struct LoadOptions {
   std::string dtype = "bfloat16";   // CUDA: bfloat16, float16 or float32 (the CPU backend is float32)
   double gpu_memory_utilization = 0.9;  // CUDA: share of the device's memory for weights + activations + KV
   bool cuda_graphs = true;              // CUDA: replay captured graphs for decode steps
+  bool gpu_sampling = true;             // CUDA: sample on the device
 };
 
 int32_t get_int(const Napi::Object& o, const char* key, int32_t fallback) {
@@ -72,6 +73,7 @@ LoadOptions parse_load_options(const Napi::Object& o) {
   if (o.Get("dtype").IsString()) opts.dtype = get_string(o, "dtype");
   opts.gpu_memory_utilization = get_double(o, "gpuMemoryUtilization", 0.9);
   if (o.Get("cudaGraphs").IsBoolean()) opts.cuda_graphs = o.Get("cudaGraphs").As<Napi::Boolean>().Value();
+  if (o.Get("gpuSampling").IsBoolean()) opts.gpu_sampling = o.Get("gpuSampling").As<Napi::Boolean>().Value();
   return opts;
 }
 
@@ -159,6 +161,7 @@ class LoadWorker : public Napi::AsyncWorker {
     options.max_seqs = opts_.engine.max_num_seqs;
     options.max_model_len = opts_.engine.max_model_len;
     options.cuda_graphs = opts_.cuda_graphs;
+    options.sample_on_device = opts_.gpu_sampling;
     auto started = std::chrono::steady_clock::now();
     auto loaded = std::make_unique<LoadedEngine>();
     auto gpu = std::make_unique<CudaBackend>(opts_.model_dir, options);
@@ -167,6 +170,8 @@ class LoadWorker : public Napi::AsyncWorker {
     loaded->device = gpu->device_name();
     loaded->dtype = opts_.dtype;
     loaded->load_gb_per_s = gpu->load_stats().gb_per_s();
+    loaded->sampling = gpu->samples_on_device() ? "gpu" : "cpu";
+    loaded->sampling_note = gpu->sampling_note();
     loaded->kv_bytes_per_block = gpu->kv_bytes_per_block(opts_.engine.block_size);
     EngineConfig config = opts_.engine;
     if (config.num_blocks <= 0) {
@@ -548,6 +553,8 @@ Napi::Value EngineBinding::Info(const Napi::CallbackInfo& info) {
   o.Set("device", loaded_->device);
   o.Set("loadSeconds", loaded_->load_seconds);
   o.Set("loadGBPerSecond", loaded_->load_gb_per_s);
+  o.Set("sampling", loaded_->sampling);
+  if (!loaded_->sampling_note.empty()) o.Set("samplingNote", loaded_->sampling_note);
   return o;
 }
 

@@ -49,6 +49,8 @@ export class ModelHost {
           device: info.device,
           dtype: info.dtype,
           load_gb_per_s: info.loadGBPerSecond,
+          sampling: info.sampling,
+          ...(info.samplingNote ? { sampling_note: info.samplingNote } : {}),
         },
         'model loaded',
       );

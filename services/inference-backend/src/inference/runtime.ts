@@ -116,6 +116,7 @@ export class InferenceRuntime {
       dtype: e.dtype,
       gpuMemoryUtilization: e.gpuMemoryUtilization,
       cudaGraphs: e.cudaGraphs,
+      gpuSampling: e.gpuSampling,
       blockSize: e.blockSize,
       maxNumBatchedTokens: e.maxNumBatchedTokens,
       maxNumSeqs: e.maxNumSeqs,

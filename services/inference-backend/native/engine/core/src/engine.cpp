@@ -45,7 +45,9 @@ Engine::Engine(ModelBackend& backend, const EngineConfig& config)
       blocks_(config_.num_blocks, config_.block_size),
       scheduler_({config_.max_num_batched_tokens, config_.max_num_seqs, config_.max_model_len}, blocks_),
       sampler_(vocab_size_, backend.config().eos_token_ids),
+      device_sampling_(backend.samples_on_device()),
       seed_source_(std::random_device{}()) {
+  static_assert(kMaxLogprobs == kMaxSampledTop, "a device sampler returns up to kMaxLogprobs top entries");
   backend_.allocate_kv(config_.num_blocks, config_.block_size);
   publish(StepOutput{});
 }
@@ -130,9 +132,14 @@ StepOutput Engine::step() {
       out.scheduled.push_back(seq->request_id);
     }
     for (const CopyRequest& c : step.copies) backend_.copy_block(c.src, c.dst);
-    const size_t rows = static_cast<size_t>(step.num_logits) * static_cast<size_t>(vocab_size_);
-    if (logits_.size() < rows) logits_.resize(rows);
-    backend_.forward(step.batch, logits_.data());
+    if (device_sampling_) {
+      fill_sampling(step);
+      backend_.forward_sample(step.batch, sampling_, sampled_);
+    } else {
+      const size_t rows = static_cast<size_t>(step.num_logits) * static_cast<size_t>(vocab_size_);
+      if (logits_.size() < rows) logits_.resize(rows);
+      backend_.forward(step.batch, logits_.data());
+    }
     scheduler_.on_forward_done();
     postprocess(step, out);
     if (!out.tokens.empty()) out.output_at = std::chrono::steady_clock::now();
@@ -174,8 +181,20 @@ void Engine::postprocess(const ScheduledStep& step, StepOutput& out) {
   for (size_t i = 0; i < step.seqs.size(); ++i) {
     if (!step.batch.seqs[i].want_logits) continue;
     Sequence& seq = *step.seqs[i];
-    float* logits = logits_.data() + static_cast<size_t>(row++) * static_cast<size_t>(vocab_size_);
-    sampler_.sample(seq, logits, sample_);
+    if (device_sampling_) {
+      const SampledRow& r = sampled_.rows[static_cast<size_t>(row)];
+      sample_.token = r.token;
+      sample_.logprob = r.logprob;
+      sample_.top.clear();
+      const size_t top = static_cast<size_t>(row) * kMaxSampledTop;
+      for (size_t j = 0; j < static_cast<size_t>(r.top_count); ++j) {
+        sample_.top.push_back({sampled_.top_ids[top + j], sampled_.top_logprobs[top + j]});
+      }
+      ++row;
+    } else {
+      float* logits = logits_.data() + static_cast<size_t>(row++) * static_cast<size_t>(vocab_size_);
+      sampler_.sample(seq, logits, sample_);
+    }
     seq.append_token(sample_.token);
     const FinishReason reason = stop_reason(seq, sample_.token);
 
@@ -189,6 +208,56 @@ void Engine::postprocess(const ScheduledStep& step, StepOutput& out) {
       seqs_.erase(seq.request_id);  // step.seqs keeps a dangling pointer, unused until the next schedule()
     }
   }
+}
+
+void Engine::fill_sampling(const ScheduledStep& step) {
+  sampling_.clear();
+  for (size_t i = 0; i < step.seqs.size(); ++i) {
+    if (step.batch.seqs[i].want_logits) add_sampling_row(*step.seqs[i]);
+  }
+}
+
+// What Sampler::sample reads of a sequence, as data: the same one draw from its Rng, its
+// distinct prompt + output tokens with their output counts when a penalty is on, and the ids
+// min_tokens masks (stop ids, then eos unless ignore_eos) while it is not reached.
+void Engine::add_sampling_row(Sequence& seq) {
+  const SamplingParams& p = seq.params;
+  SamplingRow r = sampling_row(p, seq.rng.uniform());
+  if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
+    if (entry_stamp_.empty()) {
+      entry_stamp_.assign(static_cast<size_t>(vocab_size_), 0);
+      entry_index_.assign(static_cast<size_t>(vocab_size_), 0);
+    }
+    if (++stamp_ == 0) {
+      std::fill(entry_stamp_.begin(), entry_stamp_.end(), 0);
+      stamp_ = 1;
+    }
+    std::vector<PenaltyEntry>& entries = sampling_.penalty_entries;
+    r.penalty_offset = static_cast<int32_t>(entries.size());
+    for (size_t k = 0; k < seq.tokens.size(); ++k) {
+      const auto t = static_cast<size_t>(seq.tokens[k]);
+      if (entry_stamp_[t] != stamp_) {
+        entry_stamp_[t] = stamp_;
+        entry_index_[t] = static_cast<int32_t>(entries.size());
+        entries.push_back({seq.tokens[k], 0});
+      }
+      if (k >= static_cast<size_t>(seq.num_prompt_tokens)) ++entries[static_cast<size_t>(entry_index_[t])].output_count;
+    }
+    r.penalty_count = static_cast<int32_t>(entries.size()) - r.penalty_offset;
+  }
+  if (seq.num_output_tokens() < p.min_tokens) {
+    std::vector<int32_t>& stops = sampling_.stop_ids;
+    r.stop_offset = static_cast<int32_t>(stops.size());
+    stops.insert(stops.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
+    if (!p.ignore_eos) {
+      for (int32_t t : backend_.config().eos_token_ids) {
+        if (t >= 0 && t < vocab_size_) stops.push_back(t);
+      }
+    }
+    r.stop_count = static_cast<int32_t>(stops.size()) - r.stop_offset;
+    r.mask_stop_ids = r.stop_count > 0 ? 1 : 0;
+  }
+  sampling_.rows.push_back(r);
 }
 
 // Order as vLLM: eos, then stop ids, then length. min_tokens needs no check here: the sampler

@@ -12,6 +12,7 @@
 
 #include "rope.h"
 #include "strata/cuda_gemm.h"
+#include "strata/cuda_sampling.h"
 #include "strata/model_config.h"
 #include "strata/model_error.h"
 #include "strata/model_weights.h"
@@ -130,6 +131,11 @@ struct CudaBackend::Impl {
   // Activations for max_batch_tokens rows.
   DeviceMemory residual, normed, qkv, attn, gate_up, act, proj;
   DeviceMemory logits_rows, logits_out, logits_f32, workspace;
+  // Sampling on the device (forward_sample): the rows' inputs, their pools (grown on demand),
+  // and the outputs, sections of max_seqs rows: tokens, logprobs, top counts, then the top
+  // ids and logprobs (kMaxSampledTop per row).
+  DeviceMemory sample_rows, sample_penalties, sample_stops, sample_out;
+  PinnedMemory sample_host;
   // The step's integer inputs, one block uploaded with one copy (layout in upload_step).
   DeviceMemory step_ints;
   PinnedMemory step_host, logits_host;
@@ -198,7 +204,21 @@ struct CudaBackend::Impl {
     cuda::check(cudaMemcpy(inv_freq.as(), rope.inv_freq().data(), inv_freq.bytes(), cudaMemcpyHostToDevice),
                 "copying RoPE frequencies");
     allocate_activations();
+    // The sampler keeps a row in its blocks' shared memory: one block's on GPUs before sm_90,
+    // which holds about 55k entries. A larger vocabulary there samples on the CPU.
+    sample_on_device = options.sample_on_device;
+    if (sample_on_device) {
+      try {
+        cuda::sampling_launch(1, int32_t(vocab));
+      } catch (const cuda::CudaError& e) {
+        sample_on_device = false;
+        sampling_note = e.what();
+      }
+    }
   }
+
+  bool sample_on_device = false;
+  std::string sampling_note;  // why sampling runs on the CPU although options asked for the GPU
 
   // Lays every weight out in one device allocation (q/k/v and gate/up fused by rows), then
   // streams the checkpoint through two pinned buffers: while one chunk is copied to the device
@@ -338,6 +358,9 @@ struct CudaBackend::Impl {
     logits_out = buf(S * vocab, "logits");
     logits_f32 = DeviceMemory(size_t(S * vocab) * sizeof(float), "fp32 logits");
     logits_host = PinnedMemory(size_t(S * vocab) * sizeof(float));
+    sample_rows = DeviceMemory(size_t(S) * sizeof(SamplingRow), "the sampling rows");
+    sample_out = DeviceMemory(sample_out_bytes(), "the sampled tokens");
+    sample_host = PinnedMemory(sample_out_bytes());
     workspace = DeviceMemory(
         size_t(cuda::decode_attention_workspace_floats(int32_t(S), config.num_heads, config.head_dim, max_len)) *
             sizeof(float),
@@ -345,6 +368,8 @@ struct CudaBackend::Impl {
     max_blocks_per_seq = max_len;  // block_size is at least 1: sized again in allocate_kv
     reserve_step_ints(1);
   }
+
+  size_t sample_out_bytes() const { return size_t(options.max_seqs) * (3 + 2 * kMaxSampledTop) * 4; }
 
   // Step inputs: tokens, positions, slots (T each), logit rows (S), decode context lengths (S),
   // prefill query starts (S + 1) and start positions (S), then the block tables (S x stride).
@@ -415,7 +440,7 @@ struct CudaBackend::Impl {
   // Checks the batch and writes its integers into the pinned step buffer, decode slices first
   // (decode attention reads contiguous rows; every other kernel works row by row, so the order
   // is free). fixed_stride > 0 lays the block tables out at that stride (a CUDA graph's).
-  StepShape plan(const StepBatch& batch, float* logits, int32_t fixed_stride, std::vector<int32_t>& row_of_logit) {
+  StepShape plan(const StepBatch& batch, bool has_output, int32_t fixed_stride, std::vector<int32_t>& row_of_logit) {
     if (num_blocks == 0) bad_input("forward called before allocate_kv");
     const int64_t n_slices = int64_t(batch.seqs.size());
     if (n_slices > options.max_seqs) {
@@ -497,13 +522,13 @@ struct CudaBackend::Impl {
       h.logit_rows[shape.n_logits++] = row_of_slice[s];
       row_of_logit.push_back(row_of_slice[s]);
     }
-    if (shape.n_logits > 0 && logits == nullptr) bad_input("logits are wanted but the output pointer is null");
+    if (shape.n_logits > 0 && !has_output) bad_input("logits are wanted but the output pointer is null");
     shape.ints = ints_for(int32_t(order.size()), shape.table_stride);
     return shape;
   }
 
   // Every device operation of one step, in stream order: upload the step's integers, run the
-  // layers, leave the wanted rows' fp32 logits in logits_host. Nothing here allocates or
+  // layers, leave the wanted rows' fp32 logits in device_logits(). Nothing here allocates or
   // synchronises, so the same call records a CUDA graph under capture.
   void enqueue(const StepShape& shape) {
     int32_t* d = step_ints.as<int32_t>();
@@ -601,15 +626,12 @@ struct CudaBackend::Impl {
     cuda::gather_rows(dtype, normed.as(), hidden, dv.logit_rows, shape.n_logits, int32_t(hidden), logits_rows.as(),
                       stream);
     gemm_rows(logits_rows.as(), hidden, lm_head, logits_out.as(), vocab, shape.n_logits, vocab, hidden, nullptr);
-    const void* out = logits_out.as();
     if (dtype != DType::kF32) {
       cuda::convert(dtype, logits_out.as(), DType::kF32, logits_f32.as(), int64_t{shape.n_logits} * vocab, stream);
-      out = logits_f32.as();
     }
-    cuda::check(cudaMemcpyAsync(logits_host.as(), out, size_t(shape.n_logits) * vocab * sizeof(float),
-                                cudaMemcpyDeviceToHost, stream),
-                "copying logits to the host");
   }
+
+  const float* device_logits() const { return (dtype == DType::kF32 ? logits_out : logits_f32).as<float>(); }
 
   // ---- CUDA graphs for decode ------------------------------------------------------------
   // One graph per batch size in graph_sizes, captured once the KV pool exists. A decode-only
@@ -677,7 +699,10 @@ struct CudaBackend::Impl {
     }
   }
 
-  void forward(const StepBatch& batch, float* logits) {
+  // Plans the step and queues its forward pass (a graph replay or eager launches) without
+  // waiting for it. Returns the shape; shape.n_logits rows of device_logits() will hold the
+  // wanted rows' logits, in batch order.
+  StepShape launch_forward(const StepBatch& batch, bool has_output) {
     // The engine loop's thread is not the one that loaded the model; the device is per thread.
     cuda::check(cudaSetDevice(options.device), "cudaSetDevice");
     // A decode-only step that a graph holds replays it; anything else runs eagerly.
@@ -688,8 +713,8 @@ struct CudaBackend::Impl {
       for (size_t g = 0; decode_only && g < graph_sizes.size() && graph < 0; ++g)
         if (graph_sizes[g] >= int32_t(batch.seqs.size())) graph = int32_t(g);
     }
-    const StepShape shape = plan(batch, logits, graph >= 0 ? max_blocks_per_seq : 0, row_of_logit);
-    if (shape.tokens == 0) return;
+    const StepShape shape = plan(batch, has_output, graph >= 0 ? max_blocks_per_seq : 0, row_of_logit);
+    if (shape.tokens == 0) return shape;
     if (graph >= 0) {
       pad_decode_rows(shape.tokens, graph_sizes[graph], shape.n_logits);
       cuda::check(cudaGraphLaunch(graphs[graph], stream), "cudaGraphLaunch");
@@ -698,8 +723,115 @@ struct CudaBackend::Impl {
       enqueue(shape);
       ++eager_steps;
     }
+    return shape;
+  }
+
+  void forward(const StepBatch& batch, float* logits) {
+    const StepShape shape = launch_forward(batch, logits != nullptr);
+    const size_t bytes = size_t(shape.n_logits) * vocab * sizeof(float);
+    if (bytes > 0) {
+      cuda::check(cudaMemcpyAsync(logits_host.as(), device_logits(), bytes, cudaMemcpyDeviceToHost, stream),
+                  "copying logits to the host");
+    }
     cuda::check(cudaStreamSynchronize(stream), "running the forward pass");
-    if (shape.n_logits > 0) std::memcpy(logits, logits_host.as(), size_t(shape.n_logits) * vocab * sizeof(float));
+    if (bytes > 0) std::memcpy(logits, logits_host.as(), bytes);
+  }
+
+  // Grows a device pool to hold `bytes` (doubling, so a step rarely allocates).
+  static void reserve(DeviceMemory& pool, size_t bytes, const char* what) {
+    if (pool.bytes() >= bytes) return;
+    pool = DeviceMemory(std::max(bytes, pool.bytes() * 2), what);
+  }
+
+  void forward_sample(const StepBatch& batch, const SamplingBatch& sampling, SampledBatch& out) {
+    const StepShape shape = launch_forward(batch, true);
+    const int32_t n = shape.n_logits;
+    const auto rows = int32_t(sampling.rows.size());
+    const auto n_pen = int64_t(sampling.penalty_entries.size()), n_stop = int64_t(sampling.stop_ids.size());
+    bool top = false;
+    for (const SamplingRow& r : sampling.rows) {
+      if (r.penalty_offset < 0 || r.penalty_count < 0 || int64_t{r.penalty_offset} + r.penalty_count > n_pen ||
+          r.stop_offset < 0 || r.stop_count < 0 || int64_t{r.stop_offset} + r.stop_count > n_stop) {
+        cuda::check(cudaStreamSynchronize(stream), "running the forward pass");
+        bad_input("forward_sample: a sampling row's penalty or stop range lies outside its pool");
+      }
+      top = top || r.logprobs > 0;
+    }
+    if (rows != n) {
+      cuda::check(cudaStreamSynchronize(stream), "running the forward pass");
+      bad_input("forward_sample: " + std::to_string(rows) + " sampling rows for " + std::to_string(n) +
+                " rows wanting logits");
+    }
+    out.rows.assign(size_t(n), SampledRow{});
+    out.top_ids.assign(size_t(n) * kMaxSampledTop, -1);
+    out.top_logprobs.assign(size_t(n) * kMaxSampledTop, 0.0f);
+    if (n == 0) {
+      cuda::check(cudaStreamSynchronize(stream), "running the forward pass");
+      return;
+    }
+    cuda::check(cudaMemcpyAsync(sample_rows.as(), sampling.rows.data(), size_t(n) * sizeof(SamplingRow),
+                                cudaMemcpyHostToDevice, stream),
+                "copying the sampling rows");
+    if (n_pen > 0) {
+      reserve(sample_penalties, size_t(n_pen) * sizeof(PenaltyEntry), "penalty entries");
+      cuda::check(cudaMemcpyAsync(sample_penalties.as(), sampling.penalty_entries.data(),
+                                  size_t(n_pen) * sizeof(PenaltyEntry), cudaMemcpyHostToDevice, stream),
+                  "copying penalty entries");
+    }
+    if (n_stop > 0) {
+      reserve(sample_stops, size_t(n_stop) * sizeof(int32_t), "stop ids");
+      cuda::check(cudaMemcpyAsync(sample_stops.as(), sampling.stop_ids.data(), size_t(n_stop) * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, stream),
+                  "copying stop ids");
+    }
+    const size_t S = size_t(options.max_seqs);
+    auto* tokens = sample_out.as<int32_t>();
+    auto* logprobs = reinterpret_cast<float*>(tokens + S);
+    auto* counts = reinterpret_cast<int32_t*>(logprobs + S);
+    auto* top_ids = counts + S;
+    auto* top_lp = reinterpret_cast<float*>(top_ids + S * kMaxSampledTop);
+    cuda::SamplingArgs a;
+    a.logits = device_logits();
+    a.n_seqs = n;
+    a.vocab = int32_t(vocab);
+    a.params = sample_rows.as<SamplingRow>();
+    a.penalty_entries = n_pen > 0 ? sample_penalties.as<PenaltyEntry>() : nullptr;
+    a.stop_ids = n_stop > 0 ? sample_stops.as<int32_t>() : nullptr;
+    a.tokens = tokens;
+    a.logprobs = logprobs;
+    if (top) {
+      a.top_ids = top_ids;
+      a.top_logprobs = top_lp;
+      a.top_counts = counts;
+    }
+    cuda::sample(a, stream);
+    // The sections' first n rows, into the same layout in pinned memory.
+    auto* h_tokens = sample_host.as<int32_t>();
+    auto* h_logprobs = reinterpret_cast<float*>(h_tokens + S);
+    auto* h_counts = reinterpret_cast<int32_t*>(h_logprobs + S);
+    auto* h_top_ids = h_counts + S;
+    auto* h_top_lp = reinterpret_cast<float*>(h_top_ids + S * kMaxSampledTop);
+    const auto fetch = [&](void* dst, const void* src, size_t bytes) {
+      cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream), "copying sampled tokens");
+    };
+    fetch(h_tokens, tokens, size_t(n) * 4);
+    fetch(h_logprobs, logprobs, size_t(n) * 4);
+    if (top) {
+      fetch(h_counts, counts, size_t(n) * 4);
+      fetch(h_top_ids, top_ids, size_t(n) * kMaxSampledTop * 4);
+      fetch(h_top_lp, top_lp, size_t(n) * kMaxSampledTop * 4);
+    }
+    cuda::check(cudaStreamSynchronize(stream), "running the forward pass and sampling");
+    for (int32_t i = 0; i < n; ++i) {
+      SampledRow& r = out.rows[size_t(i)];
+      r.token = h_tokens[i];
+      r.logprob = h_logprobs[i];
+      r.top_count = top && sampling.rows[size_t(i)].logprobs > 0 ? h_counts[i] : 0;
+    }
+    if (top) {
+      std::memcpy(out.top_ids.data(), h_top_ids, size_t(n) * kMaxSampledTop * 4);
+      std::memcpy(out.top_logprobs.data(), h_top_lp, size_t(n) * kMaxSampledTop * 4);
+    }
   }
 
   int64_t graph_steps = 0, eager_steps = 0;
@@ -719,6 +851,14 @@ int64_t CudaBackend::kv_bytes_per_block(int32_t block_size) const {
 void CudaBackend::allocate_kv(int32_t num_blocks, int32_t block_size) { impl_->allocate(num_blocks, block_size); }
 
 void CudaBackend::forward(const StepBatch& batch, float* logits) { impl_->forward(batch, logits); }
+
+bool CudaBackend::samples_on_device() const { return impl_->sample_on_device; }
+
+const std::string& CudaBackend::sampling_note() const { return impl_->sampling_note; }
+
+void CudaBackend::forward_sample(const StepBatch& batch, const SamplingBatch& sampling, SampledBatch& out) {
+  impl_->forward_sample(batch, sampling, out);
+}
 
 void CudaBackend::copy_block(int32_t src, int32_t dst) {
   Impl& m = *impl_;

@@ -3,6 +3,9 @@
 // in an interleaved order, and every sequence's KV blocks are scattered through the pool.
 // Then bf16 on the same schedule, whose prompt logits must be within bf16's reach of fp32's. In both dtypes a
 // sequence run alone must give the tokens it got in the shared batches (batch invariance).
+// Last, the engine end to end in fp32 with seeded sampling (temperature, top-k, top-p, min-p,
+// penalties, min_tokens, logprobs): sampling on the GPU must give the tokens, logprobs and top
+// lists that core's CPU Sampler gives on the same backend's logits.
 //   check_cuda_backend <model dir>...   (e.g. tinystories-656k and a converted stories260K)
 #include <algorithm>
 #include <cstdio>
@@ -14,6 +17,7 @@
 #include "check_util.h"
 #include "strata/cpu_backend.h"
 #include "strata/cuda_backend.h"
+#include "strata/engine.h"
 
 using namespace strata;
 using namespace strata::cuda::checks;
@@ -133,6 +137,106 @@ bool same_tokens(const Run& ref, const Run& got, std::string* note) {
   return true;
 }
 
+// Every token event of a run, per request, in order.
+struct EngineRun {
+  std::vector<std::vector<TokenEvent>> events;
+  std::vector<std::vector<std::vector<TokenLogprob>>> tops;
+  int64_t steps = 0;
+};
+
+// Requests whose sampling settings cover every path of the sampler, seeded.
+std::vector<Request> sampled_requests(const ModelConfig& config) {
+  std::vector<Request> requests;
+  for (uint64_t i = 0; i < 12; ++i) {
+    Request r;
+    r.id = i + 1;
+    r.prompt.assign(size_t(2 + random_int(0, 50)), 0);
+    r.prompt[0] = config.bos_token_id >= 0 ? config.bos_token_id : 1;
+    for (size_t t = 1; t < r.prompt.size(); ++t) r.prompt[t] = random_int(3, config.vocab_size - 1);
+    SamplingParams& p = r.params;
+    p.seed = 1000 + i;
+    p.max_tokens = 24;
+    p.temperature = i % 6 == 0 ? 0.0f : 0.6f + 0.1f * float(i % 5);
+    if (i % 3 == 1) p.top_k = int32_t(5 + i);
+    if (i % 4 == 2) p.top_p = 0.85f;
+    if (i % 5 == 3) p.min_p = 0.05f;
+    if (i % 4 == 1) p.repetition_penalty = 1.3f;
+    if (i % 3 == 2) {
+      p.frequency_penalty = 0.5f;
+      p.presence_penalty = -0.3f;
+    }
+    if (i % 4 == 3) {
+      p.min_tokens = 8;
+      p.stop_token_ids = {random_int(3, config.vocab_size - 1)};
+    }
+    p.logprobs = int32_t(i % 4) - 1;  // none, 0, 1 and 2
+    if (i % 8 >= 4) p.logprobs = 5;
+    p.processed_logprobs = i % 2 == 1;
+    requests.push_back(r);
+  }
+  return requests;
+}
+
+EngineRun run_engine(ModelBackend& backend, const std::vector<Request>& requests) {
+  EngineConfig config;
+  config.num_blocks = 128;
+  config.block_size = kBlockSize;
+  config.max_num_batched_tokens = 48;  // prompts are chunked and join decodes
+  config.max_num_seqs = 8;             // a queue: sequences finish and others take their place
+  config.max_model_len = 256;
+  Engine engine(backend, config);
+  for (const Request& r : requests) engine.submit(r);
+  EngineRun run;
+  run.events.resize(requests.size());
+  run.tops.resize(requests.size());
+  while (engine.has_unfinished()) {
+    const StepOutput out = engine.step();
+    ++run.steps;
+    for (const TokenEvent& ev : out.tokens) {
+      run.events[ev.request_id - 1].push_back(ev);
+      run.tops[ev.request_id - 1].emplace_back(out.top_logprobs.begin() + ev.top_offset,
+                                               out.top_logprobs.begin() + ev.top_offset + ev.top_count);
+    }
+  }
+  return run;
+}
+
+// Tokens and finish reasons equal; logprobs of the token and of the top lists close.
+bool same_samples(const EngineRun& ref, const EngineRun& got, std::vector<double>& ref_lp, std::vector<float>& got_lp,
+                  std::string* note) {
+  for (size_t i = 0; i < ref.events.size(); ++i) {
+    if (ref.events[i].size() != got.events[i].size()) {
+      *note = "request " + std::to_string(i + 1) + ": " + std::to_string(ref.events[i].size()) + " vs " +
+              std::to_string(got.events[i].size()) + " tokens";
+      return false;
+    }
+    for (size_t t = 0; t < ref.events[i].size(); ++t) {
+      const TokenEvent &a = ref.events[i][t], &b = got.events[i][t];
+      const auto &ta = ref.tops[i][t], &tb = got.tops[i][t];
+      if (a.token != b.token || a.finish_reason != b.finish_reason || a.has_logprob != b.has_logprob ||
+          ta.size() != tb.size()) {
+        *note = "request " + std::to_string(i + 1) + " token " + std::to_string(t) + ": " + std::to_string(a.token) +
+                " vs " + std::to_string(b.token);
+        return false;
+      }
+      if (a.has_logprob) {
+        ref_lp.push_back(a.logprob);
+        got_lp.push_back(b.logprob);
+      }
+      for (size_t j = 0; j < ta.size(); ++j) {
+        if (ta[j].token != tb[j].token) {
+          *note = "request " + std::to_string(i + 1) + " token " + std::to_string(t) + ": top " + std::to_string(j) +
+                  " differs";
+          return false;
+        }
+        ref_lp.push_back(ta[j].logprob);
+        got_lp.push_back(tb[j].logprob);
+      }
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -219,6 +323,29 @@ int main(int argc, char** argv) {
                    " greedy tokens agree)", compare(ref_logits, got_logits), 3e-2);
       }
     }
+    // The engine, sampling on the GPU and on the CPU from the same fp32 backend's logits.
+    const std::vector<Request> requests = sampled_requests(cpu.config());
+    EngineRun on_cpu, on_gpu;
+    for (bool device : {false, true}) {
+      CudaBackendOptions options;
+      options.dtype = cuda::DType::kF32;
+      options.max_batch_tokens = 64;
+      options.max_seqs = 8;
+      options.sample_on_device = device;
+      CudaBackend gpu(dir, options);
+      (device ? on_gpu : on_cpu) = run_engine(gpu, requests);
+    }
+    std::vector<double> ref_lp;
+    std::vector<float> got_lp;
+    std::string note;
+    size_t tokens = 0;
+    for (const auto& e : on_cpu.events) tokens += e.size();
+    const bool same = same_samples(on_cpu, on_gpu, ref_lp, got_lp, &note);
+    report.add_exact("engine: gpu sampling == cpu sampler", "f32",
+                     name + " 12 requests, " + std::to_string(tokens) + " tokens, " + std::to_string(on_gpu.steps) +
+                         " steps" + (note.empty() ? "" : " (" + note + ")"),
+                     same);
+    if (same) report.add("engine: sampled logprobs", "f32", name, compare(ref_lp, got_lp), 1e-5);
   }
   return report.finish("check_cuda_backend");
 }

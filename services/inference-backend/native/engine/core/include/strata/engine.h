@@ -1,4 +1,6 @@
 // The engine loop: step() = schedule -> backend forward -> postprocess (sample, append, stop).
+// A backend that samples on its device (ModelBackend::samples_on_device) gets each row's
+// sampling inputs with the forward, and the core only appends and stops.
 // step() runs on one engine thread; submit(), abort(), stats() and wake() may be called from
 // any thread (Node's) while it runs: commands wait in an inbox that step() drains first, so
 // an abort frees its blocks within one step.
@@ -129,6 +131,9 @@ class Engine {
 
   void drain_inbox(StepOutput& out);
   void postprocess(const ScheduledStep& step, StepOutput& out);
+  // One SamplingRow (plus penalty entries and stop ids) per slice with want_logits.
+  void fill_sampling(const ScheduledStep& step);
+  void add_sampling_row(Sequence& seq);
   FinishReason stop_reason(const Sequence& seq, int32_t token) const;
   void count_finished(FinishReason reason);
   void publish(const StepOutput& out);
@@ -145,6 +150,12 @@ class Engine {
   std::vector<Command> draining_;
   std::vector<float> logits_;  // (rows, vocab_size); grows to the largest step seen
   SampleResult sample_;
+  const bool device_sampling_;
+  SamplingBatch sampling_;
+  SampledBatch sampled_;
+  std::vector<uint32_t> entry_stamp_;  // (vocab) penalty-entry scratch: the row that last saw each token
+  std::vector<int32_t> entry_index_;   // (vocab) its entry's index in sampling_.penalty_entries
+  uint32_t stamp_ = 0;
   std::mt19937_64 seed_source_;  // seeds requests that bring no seed
   uint64_t next_arrival_ = 0;
   EngineStats counters_;         // finished_* and num_steps accumulate here

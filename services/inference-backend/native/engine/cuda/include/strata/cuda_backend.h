@@ -28,6 +28,10 @@ struct CudaBackendOptions {
   // and larger batches run eagerly.
   bool cuda_graphs = true;
   int32_t max_graph_batch = 256;
+  // Sample on the GPU (strata/cuda_sampling.h), so that only the tokens cross to the host; false
+  // hands the logits to the core's CPU Sampler, as the CPU backend does. A vocabulary the GPU
+  // sampler cannot hold (over ~55k entries before sm_90) samples on the CPU: sampling_note().
+  bool sample_on_device = true;
 };
 
 struct CudaLoadStats {
@@ -51,6 +55,11 @@ class CudaBackend final : public ModelBackend {
   // Throws ModelError(STRATA_BACKEND_INPUT) for a batch it cannot run (as the CPU backend, plus
   // more tokens or sequences than the options allow).
   void forward(const StepBatch& batch, float* logits) override;
+  bool samples_on_device() const override;
+  // Empty, or why sampling runs on the CPU although the options asked for the GPU.
+  const std::string& sampling_note() const;
+  // forward(), then sampling on the GPU; the logits stay there.
+  void forward_sample(const StepBatch& batch, const SamplingBatch& sampling, SampledBatch& out) override;
   void copy_block(int32_t src, int32_t dst) override;
 
   // KV blocks that fit in `utilization` of the device's memory once the weights, the
