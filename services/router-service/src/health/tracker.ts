@@ -8,7 +8,10 @@
 //   and the next failure (a request's, or a probe/poll that cannot reach it) ejects it again
 //   with a longer backoff, while a reported success closes it.
 // Probe and poll requests that fail outright (connect error, reset, timeout) count as failures;
-// a non-200 /health/ready only means "not ready". Not ready is also taken from a /load report
+// a non-200 /health/ready only means "not ready". A probe that fails outright makes the backend
+// not ready only after failureThreshold in a row (as a Kubernetes readiness probe's
+// failureThreshold): one slow answer on a busy node is not a verdict, and an unreachable backend
+// is ejected sooner by the load polls' failures anyway. Not ready is also taken from a /load report
 // that says ready: false (it is polled ten times as often), but only a probe makes it ready.
 import { Counter, Gauge, type Logger, type Registry } from '@strata/common';
 import { Agent, request } from 'undici';
@@ -58,6 +61,8 @@ interface State {
   probeUrl: string;
   loadUrl: string;
   probeReady: boolean;
+  /** Probes in a row that failed outright (no answer). */
+  probeFailures: number;
   loadSaysReady: boolean | undefined;
   ready: boolean;
   load: BackendLoad | undefined;
@@ -175,6 +180,7 @@ export class BackendTracker {
         probeUrl: new URL('health/ready', base).toString(),
         loadUrl: new URL('load', base).toString(),
         probeReady: false,
+        probeFailures: 0,
         loadSaysReady: undefined,
         ready: false,
         load: undefined,
@@ -268,10 +274,12 @@ export class BackendTracker {
         await res.body.dump();
         if (this.states.get(state.endpoint.name) !== state) return; // removed meanwhile
         state.probeReady = res.statusCode === 200;
+        state.probeFailures = 0;
         if (state.probeReady) state.loadSaysReady = undefined; // the probe is the newer word
       } catch {
         if (this.stopped || this.states.get(state.endpoint.name) !== state) return;
-        state.probeReady = false;
+        state.probeFailures += 1;
+        if (state.probeFailures >= this.failureThreshold) state.probeReady = false;
         this.failure(state, 'probe');
       } finally {
         state.probing = false;

@@ -220,6 +220,22 @@ describe('BackendTracker', () => {
     expect(await metricValue(registry, 'strata_router_backend_ready', 'a')).toBe(1);
   });
 
+  it('stays ready through a probe that times out, and is not ready after failureThreshold in a row', async () => {
+    const a = await backend();
+    const { t } = tracker({ backends: [{ name: 'a', url: a.url }], probeTimeoutMs: 50, failureThreshold: 3 });
+    await t.refresh();
+    expect(t.get('a')?.ready).toBe(true);
+    a.readyMode = 'hang';
+    await t.refresh();
+    await t.refresh();
+    expect(t.get('a')?.ready).toBe(true); // two slow probes are no verdict (the load polls still answer)
+    await t.refresh();
+    expect(t.get('a')?.ready).toBe(false);
+    a.readyMode = 'ok';
+    await t.refresh();
+    expect(t.get('a')?.ready).toBe(true);
+  });
+
   it('a load endpoint that hangs times out and counts as a failure; stop() does not wait for it', async () => {
     const a = await backend();
     a.loadMode = 'hang';

@@ -10,6 +10,8 @@ export class FakeBackend {
   readyStatus = 200;
   /** 'ok': answer; 'hang': never answer /load; 'garbage': invalid JSON. */
   loadMode: 'ok' | 'hang' | 'garbage' = 'ok';
+  /** 'ok': answer /health/ready with readyStatus; 'hang': never answer it. */
+  readyMode: 'ok' | 'hang' = 'ok';
   load: Omit<LoadReport, 'timestamp_ms'> = idleLoadReport('test-model');
   readonly hits = { ready: 0, load: 0 };
   private server: http.Server;
@@ -47,6 +49,7 @@ export class FakeBackend {
     return http.createServer((req, res) => {
       if (req.url === '/health/ready') {
         this.hits.ready += 1;
+        if (this.readyMode === 'hang') return;
         res.writeHead(this.readyStatus, { 'content-type': 'application/json' });
         res.end(JSON.stringify({ ready: this.readyStatus === 200 }));
       } else if (req.url === '/load') {
