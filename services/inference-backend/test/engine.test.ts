@@ -242,7 +242,12 @@ describe('engine under pressure', () => {
       const gpu = await load;
       const cpu = await Engine.load({ modelDir: modelPath('tinystories-656k'), numBlocks: 512 });
       try {
-        expect(gpu.info).toMatchObject({ backend: 'cuda', dtype: 'float32', kernelIsa: 'cuda', sampling: 'gpu' });
+        expect(gpu.info).toMatchObject({
+          backend: 'cuda',
+          dtype: 'float32',
+          kernelIsa: 'cuda',
+          sampling: 'gpu',
+        });
         const greedy = { temperature: 0, maxTokens: 40, ignoreEos: true };
         expect(tokensOf(await collect(gpu.generate(PROMPT, greedy)))).toEqual(
           tokensOf(await collect(cpu.generate(PROMPT, greedy))),
