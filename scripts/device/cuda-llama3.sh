@@ -52,6 +52,10 @@ for phase in $phases; do
         tee "$RESULTS/hf_generate.log"
       "$build/cuda/bench_cuda_e2e" "$MODEL" "$RESULTS/cuda-e2e.json" --hf "$RESULTS/hf_generate.json" 2>&1 |
         tee "$RESULTS/bench_e2e.log"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      # The same run with the CPU sampler, for the GPU sampler's share of the speed.
+      "$build/cuda/bench_cuda_e2e" "$MODEL" "$RESULTS/cuda-e2e-cpu-sampling.json" --sampling cpu \
+        --hf "$RESULTS/hf_generate.json" 2>&1 | tee "$RESULTS/bench_e2e_cpu_sampling.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
     *) echo "unknown phase $phase (check, forward, e2e)" >&2; exit 2 ;;
   esac
@@ -60,4 +64,5 @@ echo
 [ -f "$RESULTS/check_hf_logits.log" ] && grep -E "^(ok|FAIL)|loaded" "$RESULTS/check_hf_logits.log"
 [ -f "$RESULTS/bench_forward.log" ] && tail -10 "$RESULTS/bench_forward.log"
 [ -f "$RESULTS/bench_e2e.log" ] && tail -4 "$RESULTS/bench_e2e.log"
+[ -f "$RESULTS/bench_e2e_cpu_sampling.log" ] && tail -4 "$RESULTS/bench_e2e_cpu_sampling.log"
 exit $status

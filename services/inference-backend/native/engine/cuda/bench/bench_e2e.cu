@@ -3,8 +3,10 @@
 // and stepped to completion, as vLLM's offline throughput benchmark does. Reports output and
 // total tokens per second and TTFT p50/p99 (from submission, queueing included), next to
 // transformers' generate() when its timing is given (scripts/device/hf_generate.py, same GPU).
+// --sampling cpu samples with the core's CPU Sampler from logits copied to the host, for the
+// side-by-side with the default, sampling on the GPU.
 //   bench_cuda_e2e <model dir> [out.json] [--requests 256] [--prompt 1024] [--output 128]
-//                  [--hf hf_generate.json] [--utilization 0.9]
+//                  [--hf hf_generate.json] [--utilization 0.9] [--sampling gpu|cpu]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -43,10 +45,10 @@ int run(int argc, char** argv) {
   require_device();
   if (argc < 2) {
     std::fprintf(stderr, "usage: bench_cuda_e2e <model dir> [out.json] [--requests N] [--prompt P] [--output O] "
-                         "[--hf hf_generate.json] [--utilization U]\n");
+                         "[--hf hf_generate.json] [--utilization U] [--sampling gpu|cpu]\n");
     return 2;
   }
-  std::string model_dir = argv[1], out_json, hf_json;
+  std::string model_dir = argv[1], out_json, hf_json, sampling = "gpu";
   int32_t requests = 256, prompt = 1024, output = 128;
   double utilization = 0.9;
   for (int i = 2; i < argc; ++i) {
@@ -56,14 +58,16 @@ int run(int argc, char** argv) {
     else if (a == "--output" && i + 1 < argc) output = std::atoi(argv[++i]);
     else if (a == "--hf" && i + 1 < argc) hf_json = argv[++i];
     else if (a == "--utilization" && i + 1 < argc) utilization = std::atof(argv[++i]);
+    else if (a == "--sampling" && i + 1 < argc) sampling = argv[++i];
     else if (out_json.empty() && a.rfind("--", 0) != 0) out_json = a;
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
     }
   }
-  if (requests < 1 || prompt < 1 || output < 1 || !(utilization > 0.0 && utilization <= 1.0)) {
-    std::fprintf(stderr, "requests, prompt and output must be >= 1, utilization in (0, 1]\n");
+  if (requests < 1 || prompt < 1 || output < 1 || !(utilization > 0.0 && utilization <= 1.0) ||
+      (sampling != "gpu" && sampling != "cpu")) {
+    std::fprintf(stderr, "requests, prompt and output must be >= 1, utilization in (0, 1], sampling gpu or cpu\n");
     return 2;
   }
 
@@ -77,7 +81,12 @@ int run(int argc, char** argv) {
   options.max_seqs = config.max_num_seqs;
   options.max_batch_tokens = config.max_num_batched_tokens;
   options.max_model_len = config.max_model_len;
+  options.sample_on_device = sampling == "gpu";
   CudaBackend backend(model_dir, options);
+  if (backend.samples_on_device() != (sampling == "gpu")) {
+    std::fprintf(stderr, "sampling on the GPU is not available: %s\n", backend.sampling_note().c_str());
+    return 1;
+  }
   const int32_t per_seq = (config.max_model_len + config.block_size - 1) / config.block_size;
   config.num_blocks = std::min(backend.profile_kv_blocks(config.block_size, utilization), config.max_num_seqs * per_seq);
   std::printf("%s on %s: KV pool %d blocks (%.1f GB)\n", model_dir.c_str(), backend.device_name().c_str(),
@@ -125,7 +134,8 @@ int run(int argc, char** argv) {
 
   if (!out_json.empty()) {
     std::ofstream out(out_json);
-    out << "{\"benchmark\":\"cuda-e2e\",\"device\":\"" << backend.device_name() << "\",\"requests\":" << requests
+    out << "{\"benchmark\":\"cuda-e2e\",\"device\":\"" << backend.device_name() << "\",\"sampling\":\"" << sampling
+        << "\",\"requests\":" << requests
         << ",\"prompt_tokens\":" << prompt << ",\"output_tokens\":" << output << ",\"seconds\":" << seconds
         << ",\"steps\":" << steps << ",\"output_tokens_per_s\":" << out_per_s << ",\"total_tokens_per_s\":" << total_per_s
         << ",\"ttft_ms\":{\"p50\":" << percentile(ttft, 0.5) << ",\"p99\":" << percentile(ttft, 0.99) << "}"
@@ -133,8 +143,8 @@ int run(int argc, char** argv) {
         << ",\"transformers\":{\"seconds\":" << hf_seconds << ",\"output_tokens_per_s\":" << hf_per_s << "}"
         << ",\"speedup\":" << (hf_per_s > 0.0 ? out_per_s / hf_per_s : 0.0) << "}\n";
   }
-  std::printf("\n%d requests x (%d prompt + %d output tokens), bf16, on %s\n", requests, prompt, output,
-              backend.device_name().c_str());
+  std::printf("\n%d requests x (%d prompt + %d output tokens), bf16, sampling on the %s, on %s\n", requests, prompt,
+              output, sampling == "gpu" ? "GPU" : "CPU", backend.device_name().c_str());
   std::printf("strata:       %.1f s, %.0f output tok/s, %.0f total tok/s, TTFT p50 %.0f ms p99 %.0f ms, %lld steps\n",
               seconds, out_per_s, total_per_s, percentile(ttft, 0.5), percentile(ttft, 0.99),
               static_cast<long long>(steps));
