@@ -436,6 +436,16 @@ __device__ double block_exclusive_scan_d(Shared& sh, double v, int lane, int war
 
 __device__ __forceinline__ double weight(uint32_t key, double m) { return exp(static_cast<double>(float_of(key)) - m); }
 
+// A slice entry's weight in an unsorted draw: 0, and keep false, for a non-candidate (key 0)
+// or a token min-p drops.
+__device__ __forceinline__ double kept_weight(uint32_t key, double m, bool floor_on, double floor_w, bool& keep) {
+  keep = false;
+  if (key == 0) return 0.0;
+  const double w = weight(key, m);
+  keep = !floor_on || w >= floor_w;
+  return keep ? w : 0.0;
+}
+
 // Rank 0: cum[i] = w_0 + ... + w_i over comp[0, count), w = exp(y - m).
 __device__ void scan_gathered(Shared& sh, uint32_t count, double m, int lane, int warp) {
   const uint32_t b = 4u * threadIdx.x;
@@ -747,13 +757,8 @@ __device__ Outcome draw_unsorted(Ctx& c, const SeqSamplingParams& p, bool greedy
   for (int base = c.wb; base < c.we; base += 32) {
     const int i = base + c.lane;
     const uint32_t key = i < c.we ? c.keys[i] : 0u;
-    double w = 0.0;
-    bool keep = false;
-    if (key != 0) {
-      w = weight(key, m);
-      keep = !floor_on || w >= floor_w;
-      if (!keep) w = 0.0;
-    }
+    bool keep;
+    const double w = kept_weight(key, m, floor_on, floor_w, keep);
     run += __shfl_sync(kFull, warp_incl_scan_d(w, c.lane), 31);
     const unsigned bal = __ballot_sync(kFull, keep);
     kept += static_cast<uint32_t>(__popc(bal));
@@ -826,13 +831,8 @@ __device__ Outcome draw_unsorted(Ctx& c, const SeqSamplingParams& p, bool greedy
           for (int base = c.wb; base < c.we; base += 32) {
             const int i = base + c.lane;
             const uint32_t key = i < c.we ? c.keys[i] : 0u;
-            double wt = 0.0;
-            bool keep = false;
-            if (key != 0) {
-              wt = weight(key, m);
-              keep = !floor_on || wt >= floor_w;
-              if (!keep) wt = 0.0;
-            }
+            bool keep;
+            const double wt = kept_weight(key, m, floor_on, floor_w, keep);
             const double incl = warp_incl_scan_d(wt, c.lane);
             const unsigned hit = __ballot_sync(kFull, keep && start + incl > target);
             if (hit) {
