@@ -135,7 +135,7 @@ struct CudaBackend::Impl {
   // and the outputs, sections of max_seqs rows: tokens, logprobs, top counts, then the top
   // ids and logprobs (kMaxSampledTop per row).
   DeviceMemory sample_rows, sample_penalties, sample_stops, sample_out;
-  PinnedMemory sample_host;
+  PinnedMemory sample_rows_host, sample_host;
   // The step's integer inputs, one block uploaded with one copy (layout in upload_step).
   DeviceMemory step_ints;
   PinnedMemory step_host, logits_host;
@@ -361,6 +361,7 @@ struct CudaBackend::Impl {
     sample_rows = DeviceMemory(size_t(S) * sizeof(SamplingRow), "the sampling rows");
     sample_out = DeviceMemory(sample_out_bytes(), "the sampled tokens");
     sample_host = PinnedMemory(sample_out_bytes());
+    sample_rows_host = PinnedMemory(size_t(S) * sizeof(SamplingRow));
     workspace = DeviceMemory(
         size_t(cuda::decode_attention_workspace_floats(int32_t(S), config.num_heads, config.head_dim, max_len)) *
             sizeof(float),
@@ -744,45 +745,53 @@ struct CudaBackend::Impl {
   }
 
   void forward_sample(const StepBatch& batch, const SamplingBatch& sampling, SampledBatch& out) {
-    const StepShape shape = launch_forward(batch, true);
-    const int32_t n = shape.n_logits;
-    const auto rows = int32_t(sampling.rows.size());
+    // The sampling inputs do not depend on the forward: checked and queued first, so their
+    // copies run ahead of it rather than behind it.
+    int32_t n = 0;
+    for (const SeqSlice& slice : batch.seqs) n += slice.want_logits ? 1 : 0;
+    if (int32_t(sampling.rows.size()) != n) {
+      bad_input("forward_sample: " + std::to_string(sampling.rows.size()) + " sampling rows for " +
+                std::to_string(n) + " slices wanting logits");
+    }
+    if (n > options.max_seqs) {
+      bad_input("forward_sample: " + std::to_string(n) + " rows; the CUDA backend was sized for " +
+                std::to_string(options.max_seqs) + " sequences");
+    }
     const auto n_pen = int64_t(sampling.penalty_entries.size()), n_stop = int64_t(sampling.stop_ids.size());
     bool top = false;
     for (const SamplingRow& r : sampling.rows) {
       if (r.penalty_offset < 0 || r.penalty_count < 0 || int64_t{r.penalty_offset} + r.penalty_count > n_pen ||
           r.stop_offset < 0 || r.stop_count < 0 || int64_t{r.stop_offset} + r.stop_count > n_stop) {
-        cuda::check(cudaStreamSynchronize(stream), "running the forward pass");
         bad_input("forward_sample: a sampling row's penalty or stop range lies outside its pool");
       }
       top = top || r.logprobs > 0;
     }
-    if (rows != n) {
-      cuda::check(cudaStreamSynchronize(stream), "running the forward pass");
-      bad_input("forward_sample: " + std::to_string(rows) + " sampling rows for " + std::to_string(n) +
-                " rows wanting logits");
+    if (n > 0) {
+      cuda::check(cudaSetDevice(options.device), "cudaSetDevice");
+      std::memcpy(sample_rows_host.as(), sampling.rows.data(), size_t(n) * sizeof(SamplingRow));
+      cuda::check(cudaMemcpyAsync(sample_rows.as(), sample_rows_host.as(), size_t(n) * sizeof(SamplingRow),
+                                  cudaMemcpyHostToDevice, stream),
+                  "copying the sampling rows");
+      if (n_pen > 0) {
+        reserve(sample_penalties, size_t(n_pen) * sizeof(PenaltyEntry), "penalty entries");
+        cuda::check(cudaMemcpyAsync(sample_penalties.as(), sampling.penalty_entries.data(),
+                                    size_t(n_pen) * sizeof(PenaltyEntry), cudaMemcpyHostToDevice, stream),
+                    "copying penalty entries");
+      }
+      if (n_stop > 0) {
+        reserve(sample_stops, size_t(n_stop) * sizeof(int32_t), "stop ids");
+        cuda::check(cudaMemcpyAsync(sample_stops.as(), sampling.stop_ids.data(), size_t(n_stop) * sizeof(int32_t),
+                                    cudaMemcpyHostToDevice, stream),
+                    "copying stop ids");
+      }
     }
+    launch_forward(batch, true);
     out.rows.assign(size_t(n), SampledRow{});
     out.top_ids.assign(size_t(n) * kMaxSampledTop, -1);
     out.top_logprobs.assign(size_t(n) * kMaxSampledTop, 0.0f);
     if (n == 0) {
       cuda::check(cudaStreamSynchronize(stream), "running the forward pass");
       return;
-    }
-    cuda::check(cudaMemcpyAsync(sample_rows.as(), sampling.rows.data(), size_t(n) * sizeof(SamplingRow),
-                                cudaMemcpyHostToDevice, stream),
-                "copying the sampling rows");
-    if (n_pen > 0) {
-      reserve(sample_penalties, size_t(n_pen) * sizeof(PenaltyEntry), "penalty entries");
-      cuda::check(cudaMemcpyAsync(sample_penalties.as(), sampling.penalty_entries.data(),
-                                  size_t(n_pen) * sizeof(PenaltyEntry), cudaMemcpyHostToDevice, stream),
-                  "copying penalty entries");
-    }
-    if (n_stop > 0) {
-      reserve(sample_stops, size_t(n_stop) * sizeof(int32_t), "stop ids");
-      cuda::check(cudaMemcpyAsync(sample_stops.as(), sampling.stop_ids.data(), size_t(n_stop) * sizeof(int32_t),
-                                  cudaMemcpyHostToDevice, stream),
-                  "copying stop ids");
     }
     const size_t S = size_t(options.max_seqs);
     auto* tokens = sample_out.as<int32_t>();
