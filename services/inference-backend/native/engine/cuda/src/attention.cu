@@ -49,8 +49,9 @@ __device__ __forceinline__ void load_vec(const T* src, float (&dst)[N]) {
 
 constexpr int kDecodeThreads = 128;
 
+// PagedAttentionArgs, typed: what both attention kernels read.
 template <typename T>
-struct DecodeParams {
+struct PagedParams {
   const T* q;
   int64_t q_stride;
   T* out;
@@ -59,9 +60,22 @@ struct DecodeParams {
   const T* v_cache;
   const int32_t* block_tables;
   int32_t block_table_stride;
-  const int32_t* context_lens;
-  int32_t num_heads, num_kv_heads, block_size, max_partitions;
+  int32_t num_heads, num_kv_heads, block_size;
   float scale;
+};
+
+template <typename T>
+PagedParams<T> paged_params(const PagedAttentionArgs& a) {
+  return {static_cast<const T*>(a.q),       a.q_stride,      static_cast<T*>(a.out), a.out_stride,
+          static_cast<const T*>(a.k_cache), static_cast<const T*>(a.v_cache),      a.block_tables,
+          a.block_table_stride,             a.num_heads,     a.num_kv_heads,         a.block_size,
+          a.scale};
+}
+
+template <typename T>
+struct DecodeParams : PagedParams<T> {
+  const int32_t* context_lens;
+  int32_t max_partitions;
   float* ws_max;  // (n_seqs, num_heads, max_partitions)
   float* ws_sum;  // same
   float* ws_out;  // (n_seqs, num_heads, max_partitions, head_dim)
@@ -244,19 +258,9 @@ constexpr int kPrefillKeys = 32;     // keys per tile: one per lane
 constexpr int kRowsPerWarp = kPrefillQueries / (kPrefillThreads / 32);
 
 template <typename T>
-struct PrefillParams {
-  const T* q;
-  int64_t q_stride;
-  T* out;
-  int64_t out_stride;
-  const T* k_cache;
-  const T* v_cache;
-  const int32_t* block_tables;
-  int32_t block_table_stride;
+struct PrefillParams : PagedParams<T> {
   const int32_t* query_start;
   const int32_t* start_pos;
-  int32_t num_heads, num_kv_heads, block_size;
-  float scale;
 };
 
 // The slice, query tile and KV head a prefill block works on, and where a key of its KV head
@@ -594,10 +598,8 @@ void decode_attention(const DecodeAttentionArgs& a, Stream stream) {
           "decode_attention: q_stride and head_dim must be multiples of 16 bytes (16-byte loads)");
   dispatch_dtype(a.dtype, [&]<typename T>() {
     const int64_t head_floats = int64_t{a.n_seqs} * a.num_heads * max_partitions;
-    DecodeParams<T> p{static_cast<const T*>(a.q), a.q_stride, static_cast<T*>(a.out), a.out_stride,
-                      static_cast<const T*>(a.k_cache), static_cast<const T*>(a.v_cache), a.block_tables,
-                      a.block_table_stride, a.context_lens, a.num_heads, a.num_kv_heads, a.block_size,
-                      max_partitions, a.scale, a.workspace, a.workspace ? a.workspace + head_floats : nullptr,
+    DecodeParams<T> p{paged_params<T>(a), a.context_lens, max_partitions, a.workspace,
+                      a.workspace ? a.workspace + head_floats : nullptr,
                       a.workspace ? a.workspace + 2 * head_floats : nullptr};
     dispatch_head_dim(a.head_dim, [&]<int D>() {
       constexpr int lanes = D / static_cast<int>(16 / sizeof(T));
@@ -621,10 +623,7 @@ void prefill_attention(const PrefillAttentionArgs& a, Stream stream) {
           "prefill_attention: n_slices and num_heads in 0..65535, max_query_len >= 0");
   if (a.n_slices == 0 || a.max_query_len == 0) return;
   dispatch_dtype(a.dtype, [&]<typename T>() {
-    PrefillParams<T> p{static_cast<const T*>(a.q), a.q_stride, static_cast<T*>(a.out), a.out_stride,
-                       static_cast<const T*>(a.k_cache), static_cast<const T*>(a.v_cache), a.block_tables,
-                       a.block_table_stride, a.query_start, a.start_pos, a.num_heads, a.num_kv_heads,
-                       a.block_size, a.scale};
+    PrefillParams<T> p{paged_params<T>(a), a.query_start, a.start_pos};
     dispatch_head_dim(a.head_dim, [&]<int D>() {
       if constexpr (!std::is_same_v<T, float> && D % 16 == 0) {
         constexpr size_t shared = prefill_mma_shared_bytes<T, D>();

@@ -569,48 +569,41 @@ struct CudaBackend::Impl {
       rope.block_size = block_size;
       cuda::rope_write_kv(rope, stream);
 
+      // Decode rows come first, then the prefill slices' rows, each with its own block tables.
+      cuda::PagedAttentionArgs paged;
+      paged.dtype = dtype;
+      paged.q = qkv.as();
+      paged.q_stride = qkv_dim;
+      paged.out = attn.as();
+      paged.out_stride = q_dim;
+      paged.k_cache = k_cache(l);
+      paged.v_cache = v_cache(l);
+      paged.block_tables = dv.tables;
+      paged.block_table_stride = shape.table_stride;
+      paged.num_heads = config.num_heads;
+      paged.num_kv_heads = config.num_kv_heads;
+      paged.head_dim = config.head_dim;
+      paged.block_size = block_size;
+      paged.scale = scale;
       if (n_decode > 0) {
         cuda::DecodeAttentionArgs a;
-        a.dtype = dtype;
-        a.q = qkv.as();
-        a.q_stride = qkv_dim;
-        a.out = attn.as();
-        a.out_stride = q_dim;
-        a.k_cache = k_cache(l);
-        a.v_cache = v_cache(l);
-        a.block_tables = dv.tables;
-        a.block_table_stride = shape.table_stride;
+        static_cast<cuda::PagedAttentionArgs&>(a) = paged;
         a.context_lens = dv.context_lens;
         a.n_seqs = n_decode;
-        a.num_heads = config.num_heads;
-        a.num_kv_heads = config.num_kv_heads;
-        a.head_dim = config.head_dim;
-        a.block_size = block_size;
         a.max_context = shape.max_decode_context;
-        a.scale = scale;
         a.workspace = workspace.as<float>();
         cuda::decode_attention(a, stream);
       }
       if (shape.n_prefill > 0) {
         cuda::PrefillAttentionArgs a;
-        a.dtype = dtype;
+        static_cast<cuda::PagedAttentionArgs&>(a) = paged;
         a.q = row(qkv.as(), n_decode, qkv_dim);
-        a.q_stride = qkv_dim;
         a.out = row(attn.as(), n_decode, q_dim);
-        a.out_stride = q_dim;
-        a.k_cache = k_cache(l);
-        a.v_cache = v_cache(l);
         a.block_tables = prefill_tables;
-        a.block_table_stride = shape.table_stride;
         a.query_start = dv.query_start;
         a.start_pos = dv.start_pos;
         a.n_slices = shape.n_prefill;
         a.max_query_len = shape.max_query;
-        a.num_heads = config.num_heads;
-        a.num_kv_heads = config.num_kv_heads;
-        a.head_dim = config.head_dim;
-        a.block_size = block_size;
-        a.scale = scale;
         cuda::prefill_attention(a, stream);
       }
       gemm_rows(attn.as(), q_dim, w.o_proj, proj.as(), hidden, tokens, hidden, q_dim, w.o_bias);

@@ -350,6 +350,37 @@ struct PagedKv {
   }
 };
 
+// A PagedKv uploaded, and the attention arguments it fills in: the cache, the block tables and
+// the heads' shape, with the query and output rows given.
+template <typename T>
+struct DevicePagedKv {
+  const PagedKv<T>& kv;
+  DeviceBuffer<T> k, v;
+  DeviceBuffer<int32_t> tables;
+  explicit DevicePagedKv(const PagedKv<T>& host)
+      : kv(host), k(host.k.size()), v(host.v.size()), tables(host.tables.size()) {
+    k.upload(host.k);
+    v.upload(host.v);
+    tables.upload(host.tables);
+  }
+  void fill(PagedAttentionArgs& a, const T* q, int64_t q_stride, T* out, int64_t out_stride, double scale) const {
+    a.dtype = dtype_of<T>();
+    a.q = q;
+    a.q_stride = q_stride;
+    a.out = out;
+    a.out_stride = out_stride;
+    a.k_cache = k.ptr;
+    a.v_cache = v.ptr;
+    a.block_tables = tables.ptr;
+    a.block_table_stride = kv.table_stride;
+    a.num_heads = kv.s.num_heads;
+    a.num_kv_heads = kv.s.num_kv_heads;
+    a.head_dim = kv.s.head_dim;
+    a.block_size = kv.s.block_size;
+    a.scale = float(scale);
+  }
+};
+
 // softmax(q . K[0..context) * scale) V for one query head, in float64.
 template <typename T>
 void reference_attention(const PagedKv<T>& kv, size_t seq, const T* q, int32_t head, int32_t context, double scale,
@@ -381,34 +412,19 @@ void check_decode(KvShape s, std::vector<int32_t> contexts) {
   const int32_t max_context = *std::max_element(contexts.begin(), contexts.end()) + 100;  // a looser bound, as a graph has
   const double scale = 1.0 / std::sqrt(double(s.head_dim));
 
-  DeviceBuffer<T> d_q(q.size()), d_out(size_t(n_seqs) * out_stride), d_k(kv.k.size()), d_v(kv.v.size());
-  DeviceBuffer<int32_t> d_tables(kv.tables.size()), d_ctx(n_seqs);
+  const DevicePagedKv<T> d_kv(kv);
+  DeviceBuffer<T> d_q(q.size()), d_out(size_t(n_seqs) * out_stride);
+  DeviceBuffer<int32_t> d_ctx(n_seqs);
   DeviceBuffer<float> d_ws(decode_attention_workspace_floats(n_seqs, s.num_heads, s.head_dim, max_context));
   d_q.upload(q);
-  d_k.upload(kv.k);
-  d_v.upload(kv.v);
-  d_tables.upload(kv.tables);
   d_ctx.upload(contexts);
   d_out.poison();
   d_ws.poison();
   DecodeAttentionArgs a;
-  a.dtype = dtype_of<T>();
-  a.q = d_q.ptr;
-  a.q_stride = q_stride;
-  a.out = d_out.ptr;
-  a.out_stride = out_stride;
-  a.k_cache = d_k.ptr;
-  a.v_cache = d_v.ptr;
-  a.block_tables = d_tables.ptr;
-  a.block_table_stride = kv.table_stride;
+  d_kv.fill(a, d_q.ptr, q_stride, d_out.ptr, out_stride, scale);
   a.context_lens = d_ctx.ptr;
   a.n_seqs = n_seqs;
-  a.num_heads = s.num_heads;
-  a.num_kv_heads = s.num_kv_heads;
-  a.head_dim = s.head_dim;
-  a.block_size = s.block_size;
   a.max_context = max_context;
-  a.scale = float(scale);
   a.workspace = d_ws.ptr;
   decode_attention(a, nullptr);
   STRATA_CK(cudaDeviceSynchronize());
@@ -449,34 +465,19 @@ void check_prefill(KvShape s, std::vector<int32_t> start_pos, std::vector<int32_
   const int64_t q_stride = width + 2 * s.num_kv_heads * s.head_dim;
   const std::vector<T> q = convert<T>(random_floats(size_t(rows) * q_stride));
   const double scale = 1.0 / std::sqrt(double(s.head_dim));
-  DeviceBuffer<T> d_q(q.size()), d_out(size_t(rows) * width), d_k(kv.k.size()), d_v(kv.v.size());
-  DeviceBuffer<int32_t> d_tables(kv.tables.size()), d_qs(query_start.size()), d_start(start_pos.size());
+  const DevicePagedKv<T> d_kv(kv);
+  DeviceBuffer<T> d_q(q.size()), d_out(size_t(rows) * width);
+  DeviceBuffer<int32_t> d_qs(query_start.size()), d_start(start_pos.size());
   d_q.upload(q);
-  d_k.upload(kv.k);
-  d_v.upload(kv.v);
-  d_tables.upload(kv.tables);
   d_qs.upload(query_start);
   d_start.upload(start_pos);
   d_out.poison();
   PrefillAttentionArgs a;
-  a.dtype = dtype_of<T>();
-  a.q = d_q.ptr;
-  a.q_stride = q_stride;
-  a.out = d_out.ptr;
-  a.out_stride = width;
-  a.k_cache = d_k.ptr;
-  a.v_cache = d_v.ptr;
-  a.block_tables = d_tables.ptr;
-  a.block_table_stride = kv.table_stride;
+  d_kv.fill(a, d_q.ptr, q_stride, d_out.ptr, width, scale);
   a.query_start = d_qs.ptr;
   a.start_pos = d_start.ptr;
   a.n_slices = n_slices;
   a.max_query_len = *std::max_element(n.begin(), n.end());
-  a.num_heads = s.num_heads;
-  a.num_kv_heads = s.num_kv_heads;
-  a.head_dim = s.head_dim;
-  a.block_size = s.block_size;
-  a.scale = float(scale);
   prefill_attention(a, nullptr);
   STRATA_CK(cudaDeviceSynchronize());
   const std::vector<T> got = d_out.download();

@@ -91,20 +91,27 @@ void copy_blocks(DType dtype, void* k_cache, void* v_cache, const int32_t* src, 
 // head of one KV head (GQA), then a second kernel merges the partitions' softmax statistics.
 inline constexpr int32_t kDecodePartition = 512;
 
-struct DecodeAttentionArgs {
+// What both attention kernels read: the query and output rows, the paged KV cache and the
+// heads' shape.
+struct PagedAttentionArgs {
   DType dtype = DType::kBF16;
-  const void* q = nullptr;               // (n_seqs, num_heads * head_dim), row stride q_stride
+  const void* q = nullptr;               // (rows, num_heads * head_dim), row stride q_stride
   int64_t q_stride = 0;
-  void* out = nullptr;                   // (n_seqs, num_heads * head_dim), row stride out_stride
+  void* out = nullptr;                   // (rows, num_heads * head_dim), row stride out_stride
   int64_t out_stride = 0;
   const void* k_cache = nullptr;
   const void* v_cache = nullptr;
-  const int32_t* block_tables = nullptr; // (n_seqs, block_table_stride) block ids
+  const int32_t* block_tables = nullptr; // (sequences, block_table_stride) block ids
   int32_t block_table_stride = 0;
-  const int32_t* context_lens = nullptr; // (n_seqs) keys each query attends to, itself included; 0: out = 0
-  int32_t n_seqs = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
-  int32_t max_context = 0;               // >= every context_lens[i]; sizes the grid (fixed under a CUDA graph)
+  int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
   float scale = 1.0f;
+};
+
+// One query row per sequence (rows = n_seqs).
+struct DecodeAttentionArgs : PagedAttentionArgs {
+  const int32_t* context_lens = nullptr; // (n_seqs) keys each query attends to, itself included; 0: out = 0
+  int32_t n_seqs = 0;
+  int32_t max_context = 0;               // >= every context_lens[i]; sizes the grid (fixed under a CUDA graph)
   float* workspace = nullptr;            // decode_attention_workspace_floats(...) floats
 };
 int64_t decode_attention_workspace_floats(int32_t n_seqs, int32_t num_heads, int32_t head_dim, int32_t max_context);
@@ -113,22 +120,12 @@ void decode_attention(const DecodeAttentionArgs& args, Stream stream);
 // Causal attention for prompt chunks over paged KV (their own K/V already written by
 // rope_write_kv): query j of a slice sits at position start_pos + j and attends to keys
 // [0, start_pos + j]. Slices' query rows are concatenated in q and out.
-struct PrefillAttentionArgs {
-  DType dtype = DType::kBF16;
-  const void* q = nullptr;               // (total query rows, num_heads * head_dim)
-  int64_t q_stride = 0;
-  void* out = nullptr;
-  int64_t out_stride = 0;
-  const void* k_cache = nullptr;
-  const void* v_cache = nullptr;
-  const int32_t* block_tables = nullptr; // (n_slices, block_table_stride)
-  int32_t block_table_stride = 0;
+// rows = every slice's query rows; block_tables has one row per slice.
+struct PrefillAttentionArgs : PagedAttentionArgs {
   const int32_t* query_start = nullptr;  // (n_slices + 1) first row of each slice; the last is the total
   const int32_t* start_pos = nullptr;    // (n_slices) position of each slice's first query
   int32_t n_slices = 0;
   int32_t max_query_len = 0;             // >= every slice's row count; sizes the grid
-  int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
-  float scale = 1.0f;
 };
 void prefill_attention(const PrefillAttentionArgs& args, Stream stream);
 
