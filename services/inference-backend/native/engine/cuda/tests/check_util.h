@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <random>
 #include <string>
@@ -214,5 +215,15 @@ class Report {
  private:
   std::vector<Row> rows_;
 };
+
+// A benchmark's main: run(argc, argv), with an exception reported as "error: ..." and exit 1.
+inline int main_reporting_errors(int (*run)(int, char**), int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
 
 }  // namespace strata::cuda::checks
