@@ -371,6 +371,22 @@ struct CudaBackend::Impl {
   }
 
   size_t sample_out_bytes() const { return size_t(options.max_seqs) * (3 + 2 * kMaxSampledTop) * 4; }
+  // The sampler's outputs laid out in sample_out (device) and sample_host (pinned) alike.
+  struct SampleSections {
+    int32_t* tokens;
+    float* logprobs;
+    int32_t* counts;
+    int32_t* top_ids;
+    float* top_logprobs;
+  };
+  SampleSections sample_sections(void* base) const {
+    const size_t S = size_t(options.max_seqs);
+    auto* tokens = static_cast<int32_t*>(base);
+    auto* logprobs = reinterpret_cast<float*>(tokens + S);
+    auto* counts = reinterpret_cast<int32_t*>(logprobs + S);
+    auto* top_ids = counts + S;
+    return {tokens, logprobs, counts, top_ids, reinterpret_cast<float*>(top_ids + S * kMaxSampledTop)};
+  }
 
   // Step inputs: tokens, positions, slots (T each), logit rows (S), decode context lengths (S),
   // prefill query starts (S + 1) and start positions (S), then the block tables (S x stride).
@@ -786,12 +802,7 @@ struct CudaBackend::Impl {
       cuda::check(cudaStreamSynchronize(stream), "running the forward pass");
       return;
     }
-    const size_t S = size_t(options.max_seqs);
-    auto* tokens = sample_out.as<int32_t>();
-    auto* logprobs = reinterpret_cast<float*>(tokens + S);
-    auto* counts = reinterpret_cast<int32_t*>(logprobs + S);
-    auto* top_ids = counts + S;
-    auto* top_lp = reinterpret_cast<float*>(top_ids + S * kMaxSampledTop);
+    const SampleSections dev = sample_sections(sample_out.as()), host = sample_sections(sample_host.as());
     cuda::SamplingArgs a;
     a.logits = device_logits();
     a.n_seqs = n;
@@ -799,40 +810,35 @@ struct CudaBackend::Impl {
     a.params = sample_rows.as<SamplingRow>();
     a.penalty_entries = n_pen > 0 ? sample_penalties.as<PenaltyEntry>() : nullptr;
     a.stop_ids = n_stop > 0 ? sample_stops.as<int32_t>() : nullptr;
-    a.tokens = tokens;
-    a.logprobs = logprobs;
+    a.tokens = dev.tokens;
+    a.logprobs = dev.logprobs;
     if (top) {
-      a.top_ids = top_ids;
-      a.top_logprobs = top_lp;
-      a.top_counts = counts;
+      a.top_ids = dev.top_ids;
+      a.top_logprobs = dev.top_logprobs;
+      a.top_counts = dev.counts;
     }
     cuda::sample(a, stream);
     // The sections' first n rows, into the same layout in pinned memory.
-    auto* h_tokens = sample_host.as<int32_t>();
-    auto* h_logprobs = reinterpret_cast<float*>(h_tokens + S);
-    auto* h_counts = reinterpret_cast<int32_t*>(h_logprobs + S);
-    auto* h_top_ids = h_counts + S;
-    auto* h_top_lp = reinterpret_cast<float*>(h_top_ids + S * kMaxSampledTop);
     const auto fetch = [&](void* dst, const void* src, size_t bytes) {
       cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream), "copying sampled tokens");
     };
-    fetch(h_tokens, tokens, size_t(n) * 4);
-    fetch(h_logprobs, logprobs, size_t(n) * 4);
+    fetch(host.tokens, dev.tokens, size_t(n) * 4);
+    fetch(host.logprobs, dev.logprobs, size_t(n) * 4);
     if (top) {
-      fetch(h_counts, counts, size_t(n) * 4);
-      fetch(h_top_ids, top_ids, size_t(n) * kMaxSampledTop * 4);
-      fetch(h_top_lp, top_lp, size_t(n) * kMaxSampledTop * 4);
+      fetch(host.counts, dev.counts, size_t(n) * 4);
+      fetch(host.top_ids, dev.top_ids, size_t(n) * kMaxSampledTop * 4);
+      fetch(host.top_logprobs, dev.top_logprobs, size_t(n) * kMaxSampledTop * 4);
     }
     cuda::check(cudaStreamSynchronize(stream), "running the forward pass and sampling");
     for (int32_t i = 0; i < n; ++i) {
       SampledRow& r = out.rows[size_t(i)];
-      r.token = h_tokens[i];
-      r.logprob = h_logprobs[i];
-      r.top_count = top && sampling.rows[size_t(i)].logprobs > 0 ? h_counts[i] : 0;
+      r.token = host.tokens[i];
+      r.logprob = host.logprobs[i];
+      r.top_count = top && sampling.rows[size_t(i)].logprobs > 0 ? host.counts[i] : 0;
     }
     if (top) {
-      std::memcpy(out.top_ids.data(), h_top_ids, size_t(n) * kMaxSampledTop * 4);
-      std::memcpy(out.top_logprobs.data(), h_top_lp, size_t(n) * kMaxSampledTop * 4);
+      std::memcpy(out.top_ids.data(), host.top_ids, size_t(n) * kMaxSampledTop * 4);
+      std::memcpy(out.top_logprobs.data(), host.top_logprobs, size_t(n) * kMaxSampledTop * 4);
     }
   }
 
