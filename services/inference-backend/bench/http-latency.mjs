@@ -368,12 +368,13 @@ async function main() {
     'all values in ms. engine = when the engine sampled each token; client = when the client parsed it',
     '(node = node:http in a worker thread; native = bench/sse-client.c in its own process).',
     'ITL added/token = (client gap - engine gap) for the same token; delivery = client time - engine time for each token.',
-    '  conc client   reqs fail   tok/s | TTFT p50 client engine | TTFT p99 client engine | ITL p99 client  engine   added | ITL added/token p50     p99 | delivery p50     p99     max | loop p99 | loop CPU/token busy',
+    '  conc client   reqs fail   tok/s | TTFT p50 client engine | TTFT p99 client engine | ITL p50 client engine | ITL p99 client  engine   added | ITL added/token p50     p99 | delivery p50     p99     max | loop p99 | loop CPU/token busy',
   ];
   for (const r of rows) {
     lines.push(
       `${String(r.concurrency).padStart(6)} ${r.client.padStart(6)} ${String(r.requests).padStart(6)} ${String(r.failed).padStart(4)} ${String(Math.round(r.tokens_per_s)).padStart(7)} |` +
-        `        ${f(r.ttft.client_p50, 7)}${f(r.ttft.engine_p50, 7)} |        ${f(r.ttft.client_p99, 7)}${f(r.ttft.engine_p99, 7)} |` +
+        `      ${f(r.ttft.client_p50)}${f(r.ttft.engine_p50)} |      ${f(r.ttft.client_p99)}${f(r.ttft.engine_p99)} |` +
+        `       ${f(r.itl.client_p50, 7)}${f(r.itl.engine_p50, 7)} |` +
         `        ${f(r.itl.client_p99)}${f(r.itl.engine_p99)}${f(r.itl.added_p99)} |` +
         `                ${f(r.itl_added_per_token.p50)}${f(r.itl_added_per_token.p99)} |` +
         `     ${f(r.delivery.p50)}${f(r.delivery.p99)}${f(r.delivery.max)} | ${f(r.event_loop_delay_p99_ms)} | ` +
