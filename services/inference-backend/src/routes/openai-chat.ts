@@ -10,7 +10,6 @@ import {
   checkStreamOptions,
 } from '@strata/common';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import type { TextDone } from '../engine/text-generation.js';
 import { SseStream } from '../http/sse.js';
 import type { InferenceRuntime } from '../inference/runtime.js';
 import type { ChatMessage, ChatTemplate } from '../model/chat-template.js';
@@ -19,10 +18,10 @@ import type { OpenAiRouteOptions } from './openai-completions.js';
 import {
   ChatLogprobsBuilder,
   chatCompletionId,
+  collectAnswer,
   dropNullFields,
   openAiErrors,
   openAiFinishReason,
-  openAiUsage,
   streamChunks,
   unixSeconds,
 } from './openai-shared.js';
@@ -104,13 +103,7 @@ export const chatRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = async (app,
 
       if (!sse) {
         const logprobs = body.logprobs ? new ChatLogprobsBuilder(runtime.tokenizer) : undefined;
-        let content = '';
-        let done: TextDone | undefined;
-        for await (const event of events) {
-          if (event.type === 'token') logprobs?.add(event);
-          else done = event;
-          content += event.text;
-        }
+        const answer = await collectAnswer(events, logprobs);
         const out: ChatCompletionResponse = {
           id,
           object: 'chat.completion',
@@ -119,12 +112,12 @@ export const chatRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = async (app,
           choices: [
             {
               index: 0,
-              message: { role: 'assistant', content },
+              message: { role: 'assistant', content: answer.text },
               logprobs: logprobs?.value ?? null,
-              finish_reason: done ? openAiFinishReason(done.finishReason) : 'abort',
+              finish_reason: answer.finishReason,
             },
           ],
-          usage: done ? openAiUsage(done) : { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 },
+          usage: answer.usage,
         };
         return out;
       }

@@ -7,17 +7,16 @@ import {
   completionResponseSchema,
 } from '@strata/common';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import type { TextDone } from '../engine/text-generation.js';
 import { SseStream } from '../http/sse.js';
 import type { ModelHost } from '../inference/model-host.js';
 import { requestContext } from '../observability/request-context.js';
 import {
   CompletionLogprobsBuilder,
+  collectAnswer,
   completionId,
   dropNullFields,
   openAiErrors,
   openAiFinishReason,
-  openAiUsage,
   streamChunks,
   unixSeconds,
 } from './openai-shared.js';
@@ -68,13 +67,7 @@ export const completionsRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = asyn
 
       if (!sse) {
         const logprobs = wantLogprobs ? new CompletionLogprobsBuilder(runtime.tokenizer) : undefined;
-        let text = '';
-        let done: TextDone | undefined;
-        for await (const event of events) {
-          if (event.type === 'token') logprobs?.add(event);
-          else done = event;
-          text += event.text;
-        }
+        const answer = await collectAnswer(events, logprobs);
         const out: CompletionResponse = {
           id,
           object: 'text_completion',
@@ -83,12 +76,12 @@ export const completionsRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = asyn
           choices: [
             {
               index: 0,
-              text,
+              text: answer.text,
               logprobs: logprobs?.value ?? null,
-              finish_reason: done ? openAiFinishReason(done.finishReason) : 'abort',
+              finish_reason: answer.finishReason,
             },
           ],
-          usage: done ? openAiUsage(done) : { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 },
+          usage: answer.usage,
         };
         return out;
       }

@@ -55,6 +55,28 @@ export function openAiUsage(done: TextDone): OpenAiUsage {
   };
 }
 
+/**
+ * A whole answer for a non-streamed response: its text, every token fed to `logprobs` (when
+ * asked for), and how it ended ('abort' with zero usage if the events stopped without a done).
+ */
+export async function collectAnswer(
+  events: AsyncIterableIterator<TextEvent>,
+  logprobs: { add(token: TextToken): void } | undefined,
+): Promise<{ text: string; finishReason: OpenAiFinishReason; usage: OpenAiUsage }> {
+  let text = '';
+  let done: TextDone | undefined;
+  for await (const event of events) {
+    if (event.type === 'token') logprobs?.add(event);
+    else done = event;
+    text += event.text;
+  }
+  return {
+    text,
+    finishReason: done ? openAiFinishReason(done.finishReason) : 'abort',
+    usage: done ? openAiUsage(done) : { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 },
+  };
+}
+
 /** The text of one token id as it stands alone (special tokens included). */
 function tokenText(tokenizer: Tokenizer, id: number): string {
   return tokenizer.decode([id], { skipSpecialTokens: false });
