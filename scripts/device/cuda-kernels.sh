@@ -14,40 +14,18 @@ RESULTS=/tmp/strata-cuda-results
 rm -rf "$RESULTS"
 mkdir -p "$OUT" "$RESULTS"
 trap 'tar czf "$OUT/cuda-kernels.tgz" -C "$RESULTS" .' EXIT
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 
-nvcc_path=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
-if [ -z "$nvcc_path" ]; then
-  echo "no nvcc on this machine" >&2
-  exit 1
-fi
-cuda_home=${STRATA_CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$nvcc_path")")")}
-# cuBLAS: the toolkit's own, else the wheel PyTorch brought.
-if [ -z "${STRATA_CUBLAS_DIR:-}" ]; then
-  for dir in "$cuda_home/lib64" "$cuda_home/lib" $(python3 -c 'import nvidia, os; [print(os.path.join(p, "cu13", "lib")) for p in nvidia.__path__]; [print(os.path.join(p, "cublas", "lib")) for p in nvidia.__path__]' 2>/dev/null); do
-    if ls "$dir"/libcublasLt.so* > /dev/null 2>&1; then
-      export STRATA_CUBLAS_DIR=$dir
-      break
-    fi
-  done
-fi
+# shellcheck source=scripts/device/gpu-env.sh
+source scripts/device/gpu-env.sh
+find_gpu_toolkit || exit 1
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
   "$nvcc_path" --version | tail -2
   echo "cuda_home=$cuda_home STRATA_CUBLAS_DIR=${STRATA_CUBLAS_DIR:-none found}"
 } 2>&1 | tee "$RESULTS/machine.txt"
 
-build=/tmp/strata-cuda-build
-start=$(date +%s)
-cmake -S services/inference-backend/native/engine -B "$build" -DSTRATA_CUDA_HOME="$cuda_home" \
-  -DSTRATA_CUDA_ARCHS=90 -DSTRATA_NVCC_VERBOSE=ON > "$RESULTS/build.log" 2>&1 &&
-  cmake --build "$build" -j "$(nproc)" >> "$RESULTS/build.log" 2>&1
-build_rc=$?
-echo "build: rc $build_rc in $(( $(date +%s) - start )) s (log: build.log)"
-if [ $build_rc -ne 0 ]; then
-  tail -40 "$RESULTS/build.log"
-  exit 1
-fi
+build_gpu_targets -DSTRATA_NVCC_VERBOSE=ON || exit 1  # ptxas's register and spill report, kept below
 grep -E "spill stores" "$RESULTS/build.log" | grep -v " 0 bytes spill stores" | sort | uniq > "$RESULTS/spills.txt"
 
 declare -A result
@@ -55,7 +33,8 @@ failed=0
 run_check() {  # name, then the command
   local name=$1
   shift
-  local t0=$(date +%s)
+  local t0
+  t0=$(date +%s)
   STRATA_CHECK_JSON="$RESULTS/$name.json" "$@" > "$RESULTS/$name.log" 2>&1
   local rc=$?
   result[$name]="rc $rc, $(grep -cE '^ok ' "$RESULTS/$name.log") ok, $(grep -cE '^FAIL ' "$RESULTS/$name.log") failed, $(( $(date +%s) - t0 )) s"

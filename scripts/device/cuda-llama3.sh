@@ -14,24 +14,12 @@ MODEL=${STRATA_LLAMA3_DIR:-/tmp/llama3-random}
 rm -rf "$RESULTS"
 mkdir -p "$OUT" "$RESULTS"
 trap 'tar czf "$OUT/cuda-llama3.tgz" -C "$RESULTS" .' EXIT
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 
-nvcc_path=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
-cuda_home=${STRATA_CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$nvcc_path")")")}
-if [ -z "${STRATA_CUBLAS_DIR:-}" ]; then
-  for dir in "$cuda_home/lib64" "$cuda_home/lib" $(python3 -c 'import nvidia, os; [print(os.path.join(p, "cu13", "lib")) for p in nvidia.__path__]; [print(os.path.join(p, "cublas", "lib")) for p in nvidia.__path__]' 2>/dev/null); do
-    if ls "$dir"/libcublasLt.so* > /dev/null 2>&1; then
-      export STRATA_CUBLAS_DIR=$dir
-      break
-    fi
-  done
-fi
-build=/tmp/strata-cuda-build
-cmake -S services/inference-backend/native/engine -B "$build" -DSTRATA_CUDA_HOME="$cuda_home" \
-  -DSTRATA_CUDA_ARCHS=90 > "$RESULTS/build.log" 2>&1 &&
-  cmake --build "$build" -j "$(nproc)" --target check_cuda_hf_logits bench_cuda_forward bench_cuda_e2e \
-    >> "$RESULTS/build.log" 2>&1 ||
-  { tail -30 "$RESULTS/build.log"; exit 1; }
+# shellcheck source=scripts/device/gpu-env.sh
+source scripts/device/gpu-env.sh
+find_gpu_toolkit || exit 1
+build_gpu_targets check_cuda_hf_logits bench_cuda_forward bench_cuda_e2e || exit 1
 
 if [ ! -f "$MODEL/logits.bin" ]; then
   PYTHONUNBUFFERED=1 python3 scripts/device/llama3_random.py "$MODEL" 2>&1 | tee "$RESULTS/llama3_random.log" || exit 1
