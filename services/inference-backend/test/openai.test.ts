@@ -349,7 +349,11 @@ describe('POST /v1/chat/completions', () => {
     expect(err.status).toBe(400);
     expect(err.code).toBe('STRATA_NO_CHAT_TEMPLATE');
     expect(err.type).toBe('invalid_request');
-    expect((err.error as { message: string }).message).toMatch(/has no chat template.*use \/v1\/completions/);
+    // The served name, never the server's model directory.
+    expect((err.error as { message: string }).message).toBe(
+      'The model tinystories-656k has no chat template (tokenizer_config.json has no chat_template); ' +
+        'use /v1/completions with a plain prompt instead',
+    );
   });
 });
 

@@ -145,7 +145,7 @@ export class InferenceRuntime {
 
   /** The model's chat template; throws STRATA_NO_CHAT_TEMPLATE when it has none. */
   chatTemplate(): ChatTemplate {
-    return ChatTemplate.fromModelFiles(this.files);
+    return ChatTemplate.fromModelFiles(this.files, this.modelName);
   }
 
   /** Rejects a request by `model` name that this backend does not serve. */

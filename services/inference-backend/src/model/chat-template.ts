@@ -38,12 +38,16 @@ export class ChatTemplate {
     this.#eosToken = tokens.eosToken ?? '';
   }
 
-  /** The model's template; throws ModelError STRATA_NO_CHAT_TEMPLATE when it has none. */
-  static fromModelFiles(files: ModelFiles): ChatTemplate {
+  /**
+   * The model's template; throws ModelError STRATA_NO_CHAT_TEMPLATE when it has none. `model`
+   * names the model in that message (default: its directory); the service passes the served
+   * name, so that clients never see the server's paths.
+   */
+  static fromModelFiles(files: ModelFiles, model = `in ${files.dir}`): ChatTemplate {
     if (files.chatTemplate === null) {
       throw new ModelError(
         'STRATA_NO_CHAT_TEMPLATE',
-        `The model in ${files.dir} has no chat template (tokenizer_config.json has no chat_template); ` +
+        `The model ${model} has no chat template (tokenizer_config.json has no chat_template); ` +
           'use /v1/completions with a plain prompt instead',
         { file: `${files.dir}/tokenizer_config.json`, field: 'chat_template' },
       );
