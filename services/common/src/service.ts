@@ -188,11 +188,27 @@ export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
     return reply.code(strataError.statusCode).send(strataError.toBody());
   });
 
+  // The methods of each path, so that a known path asked with another method gets a 405 with
+  // Allow (as HTTP says and FastAPI/vLLM answer) rather than a 404. Every route here is a
+  // static path; a parametric one would only ever fall through to the 404.
+  const methodsByPath = new Map<string, Set<string>>();
+  app.addHook('onRoute', (route) => {
+    const methods = methodsByPath.get(route.url) ?? new Set<string>();
+    for (const method of [route.method].flat()) methods.add(method);
+    methodsByPath.set(route.url, methods);
+  });
   app.setNotFoundHandler((request, reply) => {
-    const err = new StrataError(
-      'STRATA_NOT_FOUND',
-      `No route ${request.method} ${request.url.split('?')[0]}.`,
-    );
+    const path = request.url.split('?')[0] as string;
+    const allowed = methodsByPath.get(path);
+    if (allowed) {
+      const allow = [...allowed].sort().join(', ');
+      const err = new StrataError(
+        'STRATA_METHOD_NOT_ALLOWED',
+        `${request.method} is not allowed on ${path}; use ${allow}.`,
+      );
+      return reply.code(err.statusCode).header('allow', allow).send(err.toBody());
+    }
+    const err = new StrataError('STRATA_NOT_FOUND', `No route ${request.method} ${path}.`);
     return reply.code(err.statusCode).send(err.toBody());
   });
 

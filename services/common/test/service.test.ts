@@ -83,6 +83,8 @@ describe('service base', () => {
     const { app } = build();
     const cases = [
       [{ method: 'GET', url: '/missing' }, 404, 'STRATA_NOT_FOUND'],
+      [{ method: 'GET', url: '/echo?x=1' }, 405, 'STRATA_METHOD_NOT_ALLOWED'],
+      [{ method: 'DELETE', url: '/health/live' }, 405, 'STRATA_METHOD_NOT_ALLOWED'],
       [
         { method: 'POST', url: '/echo', payload: '{"a":', headers: { 'content-type': 'application/json' } },
         400,
@@ -121,6 +123,10 @@ describe('service base', () => {
     expect(busy.json().error.message).toBe('queue holds 10 requests; retry later');
     expect(busy.headers['retry-after']).toBe('1');
     expect((await app.inject('/missing')).headers['retry-after']).toBeUndefined();
+    const wrongMethod = await app.inject({ method: 'DELETE', url: '/health/live' });
+    expect(wrongMethod.headers.allow).toBe('GET, HEAD');
+    expect(wrongMethod.json().error.message).toBe('DELETE is not allowed on /health/live; use GET, HEAD.');
+    expect((await app.inject({ method: 'HEAD', url: '/health/live' })).statusCode).toBe(200);
     expect((await app.inject('/typed?n=abc')).json().error.message).toContain(
       'Invalid request: querystring.n: must be integer',
     );

@@ -39,9 +39,11 @@ export function buildApp(ctx: Omit<BootContext<Config>, 'telemetry'>, parts: Edg
     metrics.requests.inc({ endpoint: request.routeOptions.url ?? 'unmatched', outcome: 'rejected' });
   });
   app.addHook('onResponse', async (request, reply) => {
-    // Unknown routes are answered by the not-found handler, which raises no error.
-    if (request.routeOptions.url === undefined && reply.statusCode === 404) {
-      metrics.rejections.inc({ code: 'STRATA_NOT_FOUND', reason: rejectionReason('STRATA_NOT_FOUND') });
+    // Unknown routes and known ones asked with another method are answered by the not-found
+    // handler, which raises no error.
+    if (request.routeOptions.url === undefined && (reply.statusCode === 404 || reply.statusCode === 405)) {
+      const code = reply.statusCode === 404 ? 'STRATA_NOT_FOUND' : 'STRATA_METHOD_NOT_ALLOWED';
+      metrics.rejections.inc({ code, reason: rejectionReason(code) });
       metrics.requests.inc({ endpoint: 'unmatched', outcome: 'rejected' });
     }
   });

@@ -194,6 +194,16 @@ const rows: Row[] = [
     message: 'No route POST /v1/embeddings.',
     reason: 'not_found',
   },
+  {
+    name: 'a known route with another method',
+    method: 'GET',
+    path: '/v1/completions',
+    headers: auth,
+    status: 405,
+    code: 'STRATA_METHOD_NOT_ALLOWED',
+    message: 'GET is not allowed on /v1/completions; use POST.',
+    reason: 'not_found',
+  },
 ];
 
 describe('edge rejections', () => {
@@ -212,6 +222,7 @@ describe('edge rejections', () => {
     });
     expect(res.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
     if (row.status === 401) expect(res.headers.get('www-authenticate')).toBe('Bearer');
+    if (row.status === 405) expect(res.headers.get('allow')).toBe('POST');
     expect(await edge.metric('strata_edge_rejections_total', { code: row.code, reason: row.reason })).toBe(
       before + 1,
     );
