@@ -1,7 +1,7 @@
 // bench/sse-client.c, the light client of bench/http-latency.mjs, against a real backend: it
-// must read every token event of chunked SSE streams over kept-alive connections, tell a
-// rejected request from a stream, and stamp times on process.hrtime's clock, or the benchmark's
-// numbers mean nothing.
+// must read every token event of chunked SSE streams, wave after wave on its few connections,
+// tell a rejected request from a stream, and stamp times on process.hrtime's clock, or the
+// benchmark's numbers mean nothing.
 import { type AddressInfo, createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildSseClient, runSseClient, type SseClientResult } from '../bench/sse-client.mjs';
