@@ -7,6 +7,8 @@ import Fastify, {
   type FastifyBaseLogger,
   type FastifyError,
   type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
   LogController,
 } from 'fastify';
 import type { Logger } from 'pino';
@@ -135,6 +137,19 @@ function closeConnectionsWhenDone(app: FastifyInstance): void {
   };
 }
 
+// Fastify answers a body over the limit before reading it, and closes the connection. A client
+// still uploading then fails on a write (EPIPE) or loses the 413 to the reset, instead of
+// reading it. When the request declared a length up to DRAIN_BODY_MAX_BYTES, the connection
+// stays open instead and Node reads and drops the rest of the body after the response (as
+// nginx's lingering close does): the client gets its 413 and may reuse the connection. A larger
+// or undeclared (chunked) body still closes it.
+const DRAIN_BODY_MAX_BYTES = 64 * 1024 * 1024;
+
+function keepConnectionToDrain(request: FastifyRequest, reply: FastifyReply): void {
+  const declared = Number(request.headers['content-length']);
+  if (Number.isFinite(declared) && declared <= DRAIN_BODY_MAX_BYTES) reply.removeHeader('connection');
+}
+
 export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
   const readiness = options.readiness ?? new Readiness();
   const app = Fastify({
@@ -181,6 +196,7 @@ export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
 
   app.setErrorHandler((err: FastifyError, request, reply) => {
     const strataError = toStrataError(err);
+    if (strataError.code === 'STRATA_BODY_TOO_LARGE') keepConnectionToDrain(request, reply);
     if (strataError.statusCode >= 500) request.log.error({ err }, 'request failed');
     else request.log.info({ code: strataError.code, message: strataError.message }, 'request rejected');
     if (strataError.retryAfterSeconds !== undefined)

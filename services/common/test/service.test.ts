@@ -1,3 +1,4 @@
+import { type AddressInfo, connect } from 'node:net';
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { StrataError } from '../src/errors.js';
@@ -130,6 +131,54 @@ describe('service base', () => {
     expect((await app.inject('/typed?n=abc')).json().error.message).toContain(
       'Invalid request: querystring.n: must be integer',
     );
+  });
+
+  it('answers an oversized body with 413 and keeps the connection, reading what the client still sends', async () => {
+    const { app } = build();
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    try {
+      const { port } = app.server.address() as AddressInfo;
+      const socket = connect(port, '127.0.0.1');
+      let received = '';
+      socket.setEncoding('utf8').on('data', (chunk) => {
+        received += chunk;
+      });
+      const until = async (check: () => boolean) => {
+        for (let i = 0; i < 200 && !check(); i++) await new Promise((r) => setTimeout(r, 10));
+        expect(check()).toBe(true);
+      };
+      const size = 200_000;
+      socket.write(
+        `POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${size}\r\n\r\n`,
+      );
+      await until(() => received.includes('STRATA_BODY_TOO_LARGE'));
+      expect(received).toMatch(/^HTTP\/1\.1 413 /);
+      expect(received.toLowerCase()).not.toContain('connection: close');
+      // The rest of the upload is still read (no EPIPE or reset), then the connection serves on.
+      for (let sent = 0; sent < size; sent += 10_000) socket.write('x'.repeat(10_000));
+      received = '';
+      socket.write('GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n');
+      await until(() => received.includes('{"status":"ok"}'));
+      expect(received).toMatch(/^HTTP\/1\.1 200 /);
+      socket.destroy();
+
+      // A declared body beyond what is worth reading still gets the 413, then the close.
+      const big = connect(port, '127.0.0.1');
+      let bigReceived = '';
+      big.setEncoding('utf8').on('data', (chunk) => {
+        bigReceived += chunk;
+      });
+      const ended = new Promise((resolve) => big.once('end', resolve));
+      big.write(
+        `POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${100 * 1024 * 1024}\r\n\r\n`,
+      );
+      await ended;
+      expect(bigReceived).toMatch(/^HTTP\/1\.1 413 /);
+      expect(bigReceived.toLowerCase()).toContain('connection: close');
+      big.destroy();
+    } finally {
+      await app.close();
+    }
   });
 
   it('hides internal failures from the client but logs them with the request id', async () => {
