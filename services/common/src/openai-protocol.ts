@@ -2,17 +2,76 @@
 // /v1/models), as vLLM serves them: OpenAI's fields plus vLLM's sampling extras (top_k, min_p,
 // repetition_penalty, ignore_eos, min_tokens, ...). Unknown fields are accepted and ignored,
 // because OpenAI clients send fields this server has no use for; fields whose values it cannot
-// honour (n > 1, echo) are rejected with a message that says what to send instead.
+// honour (n > 1, echo, logit_bias, tools, JSON mode, ...) are rejected with a message that says
+// so. As in OpenAI's own schema, every optional field may be null, meaning absent: the routes
+// drop top-level nulls (dropNullFields) before validating.
 import { z } from 'zod';
 import { StrataError } from './errors.js';
 import { samplingFields } from './protocol.js';
 
 const maxTokens = z.number().int().min(1).max(1_000_000);
 
+/**
+ * preValidation hook for the OpenAI routes, at the edge and at the backend alike: OpenAI
+ * clients send `null` for fields they leave unset (stop, seed, max_tokens, ...); top-level
+ * nulls are treated as absent, as OpenAI and vLLM do.
+ */
+export async function dropNullFields(request: { body: unknown }): Promise<void> {
+  const body = request.body;
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return;
+  const record = body as Record<string, unknown>;
+  for (const key of Object.keys(record)) if (record[key] === null) delete record[key];
+}
+
+/** Each field may also be null (OpenAI's schema allows it for every optional field). */
+function nullable<T extends Record<string, z.ZodType>>(fields: T): { [K in keyof T]: z.ZodNullable<T[K]> } {
+  return Object.fromEntries(Object.entries(fields).map(([key, field]) => [key, field.nullable()])) as {
+    [K in keyof T]: z.ZodNullable<T[K]>;
+  };
+}
+
+/** A request type as the routes see it, after dropNullFields: no field is null. */
+type WithoutNulls<T> = { [K in keyof T]: Exclude<T[K], null> };
+
+/** OpenAI and vLLM fields that change the output and that this server does not implement. */
+const refused = (field: string, what: string) => `${field} is not supported: ${what}`;
+/** Refused whatever its value. */
+const refusedAlways = (field: string, what: string) => z.never({ error: refused(field, what) }).optional();
+/** Refused unless empty. */
+const refusedList = (field: string, what: string) =>
+  z
+    .array(z.unknown())
+    .max(0, { error: refused(field, what) })
+    .optional();
+/** Refused unless 'none'. */
+const onlyNone = (field: string, what: string) =>
+  z.literal('none', { error: refused(field, `${what}; only 'none'`) }).optional();
+const refusedFields = {
+  logit_bias: z
+    .record(z.string(), z.unknown())
+    .refine((bias) => Object.keys(bias).length === 0, {
+      error: refused('logit_bias', 'send {} or leave it out'),
+    })
+    .optional(),
+  response_format: z
+    .looseObject({
+      type: z.literal('text', {
+        error: refused('response_format', "only {type: 'text'}; there is no JSON mode or JSON schema"),
+      }),
+    })
+    .optional(),
+  prompt_logprobs: refusedAlways('prompt_logprobs', 'logprobs cover the generated tokens only'),
+  guided_json: refusedAlways('guided_json', 'there is no guided decoding'),
+  guided_regex: refusedAlways('guided_regex', 'there is no guided decoding'),
+  guided_choice: refusedAlways('guided_choice', 'there is no guided decoding'),
+  guided_grammar: refusedAlways('guided_grammar', 'there is no guided decoding'),
+};
+
 /** Fields both OpenAI routes share. */
-const commonFields = {
+const commonFields = nullable({
   model: z.string().min(1).optional(),
   ...samplingFields,
+  ...refusedFields,
   n: z.literal(1, { error: 'only n=1 is supported: send one request per completion you want' }).optional(),
   stream: z.boolean().default(false),
   stream_options: z
@@ -24,7 +83,7 @@ const commonFields = {
   user: z.string().optional(),
   /** vLLM's priority: lower is more urgent; the x-strata-priority header may set it too. */
   priority: z.number().int().min(-100).max(100).optional(),
-};
+});
 
 const promptError =
   'prompt must be a non-empty string, a list of exactly one string, or a non-empty list of token ids';
@@ -41,17 +100,22 @@ export const completionRequestSchema = z.looseObject({
     ],
     { error: promptError },
   ),
-  max_tokens: maxTokens.default(16),
-  /** Top-n logprobs per token (0 = the sampled token's only). */
-  logprobs: z.number().int().min(0).max(5).optional(),
-  echo: z
-    .literal(false, { error: 'echo=true is not supported: the response holds the completion only' })
-    .optional(),
-  best_of: z
-    .literal(1, { error: 'only best_of=1 is supported: send one request per completion you want' })
-    .optional(),
+  ...nullable({
+    max_tokens: maxTokens.default(16),
+    /** Top-n logprobs per token (0 = the sampled token's only). */
+    logprobs: z.number().int().min(0).max(5).optional(),
+    echo: z
+      .literal(false, { error: 'echo=true is not supported: the response holds the completion only' })
+      .optional(),
+    best_of: z
+      .literal(1, { error: 'only best_of=1 is supported: send one request per completion you want' })
+      .optional(),
+    suffix: z
+      .literal('', { error: refused('suffix', 'the completion only continues the prompt') })
+      .optional(),
+  }),
 });
-export type CompletionRequest = z.output<typeof completionRequestSchema>;
+export type CompletionRequest = WithoutNulls<z.output<typeof completionRequestSchema>>;
 
 export const chatContentPartSchema = z.looseObject({
   type: z.literal('text', { error: "only content parts of type 'text' are supported" }),
@@ -73,17 +137,23 @@ export type ChatMessageInput = z.output<typeof chatMessageSchema>;
 export const chatCompletionRequestSchema = z.looseObject({
   ...commonFields,
   messages: z.array(chatMessageSchema).min(1, { error: 'messages must hold at least one message' }),
-  /** Deprecated by OpenAI in favour of max_completion_tokens; either works, the latter wins. */
-  max_tokens: maxTokens.optional(),
-  max_completion_tokens: maxTokens.optional(),
-  logprobs: z.boolean().default(false),
-  top_logprobs: z.number().int().min(0).max(20).optional(),
-  /** vLLM: end the prompt with the opening of an assistant turn (default true). */
-  add_generation_prompt: z.boolean().default(true),
-  /** vLLM: more variables for the chat template. */
-  chat_template_kwargs: z.record(z.string(), z.unknown()).optional(),
+  ...nullable({
+    /** Deprecated by OpenAI in favour of max_completion_tokens; either works, the latter wins. */
+    max_tokens: maxTokens.optional(),
+    max_completion_tokens: maxTokens.optional(),
+    logprobs: z.boolean().default(false),
+    top_logprobs: z.number().int().min(0).max(20).optional(),
+    /** vLLM: end the prompt with the opening of an assistant turn (default true). */
+    add_generation_prompt: z.boolean().default(true),
+    /** vLLM: more variables for the chat template. */
+    chat_template_kwargs: z.record(z.string(), z.unknown()).optional(),
+    tools: refusedList('tools', 'there is no tool calling'),
+    tool_choice: onlyNone('tool_choice', 'there is no tool calling'),
+    functions: refusedList('functions', 'there is no function calling'),
+    function_call: onlyNone('function_call', 'there is no function calling'),
+  }),
 });
-export type ChatCompletionRequest = z.output<typeof chatCompletionRequestSchema>;
+export type ChatCompletionRequest = WithoutNulls<z.output<typeof chatCompletionRequestSchema>>;
 
 // Responses. finish_reason is 'stop' or 'length', or 'abort' for a request cancelled in the
 // engine, as vLLM reports it.

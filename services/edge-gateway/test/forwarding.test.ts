@@ -61,6 +61,29 @@ function sse(events: string[], opts: { breakAfter?: number; holdOpen?: boolean }
 }
 
 describe('forwarding', () => {
+  it("accepts OpenAI clients' null fields as absent and forwards the body without them", async () => {
+    const completions = { model: 'm', prompt: 'x', max_tokens: 4, stop: null, seed: null, stream: null };
+    const res = await post('/v1/completions', completions);
+    expect(res.status).toBe(200);
+    await res.arrayBuffer();
+    const chat = {
+      messages: [{ role: 'user', content: 'hi' }],
+      max_tokens: null,
+      tools: null,
+      logprobs: null,
+    };
+    const chatRes = await post('/v1/chat/completions', chat);
+    expect(chatRes.status).toBe(200);
+    await chatRes.arrayBuffer();
+    const [sentCompletions, sentChat] = upstream.received.map((r) => JSON.parse(r.body));
+    expect(sentCompletions).toMatchObject({ model: 'm', prompt: 'x', max_tokens: 4, stream: false });
+    expect(Object.keys(sentCompletions)).not.toContain('stop');
+    expect(Object.keys(sentCompletions)).not.toContain('seed');
+    expect(sentChat).toMatchObject({ messages: [{ role: 'user', content: 'hi' }], logprobs: false });
+    expect(Object.keys(sentChat)).not.toContain('max_tokens');
+    expect(Object.keys(sentChat)).not.toContain('tools');
+  });
+
   it('passes error answers through once, without retrying', async () => {
     const error = {
       error: { code: 'STRATA_NO_BACKEND', message: 'no backend is ready', type: 'overloaded' },

@@ -148,6 +148,11 @@ describe('POST /v1/completions', () => {
         stop: null,
         seed: null,
         suffix: null,
+        stream: null,
+        logprobs: null,
+        // The 'off' values of fields this server does not implement pass too.
+        logit_bias: {},
+        response_format: { type: 'text' },
         some_future_field: { x: 1 },
       }),
     );
@@ -269,6 +274,10 @@ describe('POST /v1/chat/completions', () => {
       max_completion_tokens: 20,
       temperature: 0,
       ignore_eos: true,
+      // The 'off' values of what this server does not implement are accepted.
+      tools: [],
+      tool_choice: 'none',
+      response_format: { type: 'text' },
     } as never);
     expect(res.id).toMatch(/^chatcmpl-[0-9a-f]{32}$/);
     expect(res.object).toBe('chat.completion');
@@ -433,6 +442,65 @@ describe('bad input', () => {
       400,
       'STRATA_INVALID_PARAM',
       /stream_options is only allowed when stream is true/,
+    ],
+    [
+      'logit_bias',
+      '/v1/completions',
+      { ...greedy, logit_bias: { '50': 10 } },
+      400,
+      'STRATA_INVALID_REQUEST',
+      /logit_bias is not supported: send \{\} or leave it out/,
+    ],
+    [
+      'suffix',
+      '/v1/completions',
+      { ...greedy, suffix: 'The end.' },
+      400,
+      'STRATA_INVALID_REQUEST',
+      /suffix is not supported/,
+    ],
+    [
+      'prompt_logprobs',
+      '/v1/completions',
+      { ...greedy, prompt_logprobs: 1 },
+      400,
+      'STRATA_INVALID_REQUEST',
+      /prompt_logprobs is not supported/,
+    ],
+    [
+      'guided_json',
+      '/v1/completions',
+      { ...greedy, guided_json: { type: 'object' } },
+      400,
+      'STRATA_INVALID_REQUEST',
+      /guided_json is not supported: there is no guided decoding/,
+    ],
+    [
+      'JSON mode',
+      '/v1/chat/completions',
+      { messages: [{ role: 'user', content: 'hi' }], response_format: { type: 'json_object' } },
+      400,
+      'STRATA_INVALID_REQUEST',
+      /response_format is not supported/,
+    ],
+    [
+      'tools',
+      '/v1/chat/completions',
+      {
+        messages: [{ role: 'user', content: 'hi' }],
+        tools: [{ type: 'function', function: { name: 'f', parameters: {} } }],
+      },
+      400,
+      'STRATA_INVALID_REQUEST',
+      /tools is not supported: there is no tool calling/,
+    ],
+    [
+      'tool_choice',
+      '/v1/chat/completions',
+      { messages: [{ role: 'user', content: 'hi' }], tool_choice: 'auto' },
+      400,
+      'STRATA_INVALID_REQUEST',
+      /tool_choice is not supported/,
     ],
     [
       'wrong role',

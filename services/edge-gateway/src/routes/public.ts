@@ -3,11 +3,14 @@
 // before the body is read; quotas are taken after it validated, so a malformed request costs
 // the tenant nothing.
 import {
+  type ChatCompletionRequest,
+  type CompletionRequest,
   chatCompletionRequestSchema,
   chatCompletionResponseSchema,
   checkStreamOptions,
   completionRequestSchema,
   completionResponseSchema,
+  dropNullFields,
   errorResponseSchema,
   generateRequestSchema,
   generateResponseSchema,
@@ -106,6 +109,7 @@ export const publicRoutes: FastifyPluginAsyncZod<PublicRoutesOptions> = async (a
   app.post(
     '/v1/completions',
     {
+      preValidation: dropNullFields,
       schema: {
         summary: 'OpenAI-compatible completions',
         produces,
@@ -114,12 +118,14 @@ export const publicRoutes: FastifyPluginAsyncZod<PublicRoutesOptions> = async (a
         response: { 200: completionResponseSchema, ...errors },
       },
     },
-    (request, reply) => send(request, reply, ...withStreamUsage(request.body)),
+    // No nulls left: dropNullFields ran first.
+    (request, reply) => send(request, reply, ...withStreamUsage(request.body as CompletionRequest)),
   );
 
   app.post(
     '/v1/chat/completions',
     {
+      preValidation: dropNullFields,
       schema: {
         summary: 'OpenAI-compatible chat completions',
         produces,
@@ -128,7 +134,8 @@ export const publicRoutes: FastifyPluginAsyncZod<PublicRoutesOptions> = async (a
         response: { 200: chatCompletionResponseSchema, ...errors },
       },
     },
-    (request, reply) => send(request, reply, ...withStreamUsage(request.body)),
+    // No nulls left: dropNullFields ran first.
+    (request, reply) => send(request, reply, ...withStreamUsage(request.body as ChatCompletionRequest)),
   );
 
   app.get(

@@ -8,6 +8,7 @@ import {
   chatCompletionRequestSchema,
   chatCompletionResponseSchema,
   checkStreamOptions,
+  dropNullFields,
 } from '@strata/common';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { SseStream } from '../http/sse.js';
@@ -19,7 +20,6 @@ import {
   ChatLogprobsBuilder,
   chatCompletionId,
   collectAnswer,
-  dropNullFields,
   openAiErrors,
   openAiFinishReason,
   streamChunks,
@@ -82,7 +82,7 @@ export const chatRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = async (app,
     },
     async (request, reply) => {
       const runtime = options.host.get();
-      const body = request.body;
+      const body = request.body as ChatCompletionRequest; // no nulls left: dropNullFields ran first
       runtime.checkModel(body.model);
       checkStreamOptions(body);
       const prompt = await chatPromptIds(runtime, body);

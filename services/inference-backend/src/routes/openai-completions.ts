@@ -5,6 +5,7 @@ import {
   checkStreamOptions,
   completionRequestSchema,
   completionResponseSchema,
+  dropNullFields,
 } from '@strata/common';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { SseStream } from '../http/sse.js';
@@ -14,7 +15,6 @@ import {
   CompletionLogprobsBuilder,
   collectAnswer,
   completionId,
-  dropNullFields,
   openAiErrors,
   openAiFinishReason,
   streamChunks,
@@ -48,7 +48,7 @@ export const completionsRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = asyn
     },
     async (request, reply) => {
       const runtime = options.host.get();
-      const body = request.body;
+      const body = request.body as CompletionRequest; // no nulls left: dropNullFields ran first
       runtime.checkModel(body.model);
       checkStreamOptions(body);
       const sse = body.stream ? new SseStream(reply, options.sseHeartbeatMs) : undefined;

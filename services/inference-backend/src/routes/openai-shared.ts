@@ -22,17 +22,6 @@ export const openAiErrors = {
   503: errorResponseSchema,
 };
 
-/**
- * preValidation hook: OpenAI clients send `null` for fields they leave unset (stop, seed,
- * max_tokens, ...); top-level nulls are treated as absent, as OpenAI and vLLM do.
- */
-export async function dropNullFields(request: FastifyRequest): Promise<void> {
-  const body = request.body;
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) return;
-  const record = body as Record<string, unknown>;
-  for (const key of Object.keys(record)) if (record[key] === null) delete record[key];
-}
-
 export const completionId = (): string => `cmpl-${randomUUID().replaceAll('-', '')}`;
 export const chatCompletionId = (): string => `chatcmpl-${randomUUID().replaceAll('-', '')}`;
 export const unixSeconds = (): number => Math.floor(Date.now() / 1000);
