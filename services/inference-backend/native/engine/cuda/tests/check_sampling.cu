@@ -225,6 +225,35 @@ struct GpuOut {
   }
 };
 
+// The sampler's outputs for up to B rows on the device. run() points the args at them, poisons
+// them, samples and brings them back; the caller sets the inputs.
+struct DeviceSampling {
+  explicit DeviceSampling(int32_t B)
+      : tokens(static_cast<size_t>(B)), top_ids(static_cast<size_t>(B) * kSamplingMaxTop),
+        top_counts(static_cast<size_t>(B)), logprobs(static_cast<size_t>(B)),
+        top_logprobs(static_cast<size_t>(B) * kSamplingMaxTop) {}
+
+  GpuOut run(SamplingArgs a) {
+    a.tokens = tokens.ptr;
+    a.logprobs = logprobs.ptr;
+    a.top_ids = top_ids.ptr;
+    a.top_logprobs = top_logprobs.ptr;
+    a.top_counts = top_counts.ptr;
+    tokens.poison();
+    logprobs.poison();
+    top_ids.poison();
+    top_logprobs.poison();
+    top_counts.poison();
+    sample(a, nullptr);
+    STRATA_CK(cudaDeviceSynchronize());
+    return GpuOut{tokens.download(), top_ids.download(), top_counts.download(), logprobs.download(),
+                  top_logprobs.download()};
+  }
+
+  DeviceBuffer<int32_t> tokens, top_ids, top_counts;
+  DeviceBuffer<float> logprobs, top_logprobs;
+};
+
 void run_case(const Case& cs, Report& report) {
   const int32_t V = cs.vocab, B = cs.batch;
   const std::vector<int32_t> eos = {V - 1, std::min(2, V - 1)};
@@ -258,9 +287,7 @@ void run_case(const Case& cs, Report& report) {
   const size_t n = static_cast<size_t>(B) * V;
   DeviceBuffer<float> d_logits(n);
   DeviceBuffer<SeqSamplingParams> d_params(static_cast<size_t>(B));
-  DeviceBuffer<int32_t> d_tokens(static_cast<size_t>(B)), d_top_ids(static_cast<size_t>(B) * kSamplingMaxTop),
-      d_top_counts(static_cast<size_t>(B));
-  DeviceBuffer<float> d_lp(static_cast<size_t>(B)), d_top_lp(static_cast<size_t>(B) * kSamplingMaxTop);
+  DeviceSampling out(B);
 
   size_t exact = 0, explained = 0, wrong = 0, repeat_fail = 0, touched = 0;
   std::vector<double> lp_ref, top_ref;
@@ -307,24 +334,8 @@ void run_case(const Case& cs, Report& report) {
     a.params = d_params.ptr;
     a.penalty_entries = d_pool.ptr;
     a.stop_ids = d_stops.ptr;
-    a.tokens = d_tokens.ptr;
-    a.logprobs = d_lp.ptr;
-    a.top_ids = d_top_ids.ptr;
-    a.top_logprobs = d_top_lp.ptr;
-    a.top_counts = d_top_counts.ptr;
-    auto run_gpu = [&] {
-      d_tokens.poison();
-      d_lp.poison();
-      d_top_ids.poison();
-      d_top_lp.poison();
-      d_top_counts.poison();
-      sample(a, nullptr);
-      STRATA_CK(cudaDeviceSynchronize());
-      return GpuOut{d_tokens.download(), d_top_ids.download(), d_top_counts.download(), d_lp.download(),
-                    d_top_lp.download()};
-    };
-    const GpuOut got = run_gpu();
-    if (!(run_gpu() == got)) ++repeat_fail;
+    const GpuOut got = out.run(a);
+    if (!(out.run(a) == got)) ++repeat_fail;
     const std::vector<float> after = d_logits.download();
     if (std::memcmp(after.data(), logits.data(), n * sizeof(float)) != 0) ++touched;
 
@@ -464,10 +475,7 @@ int main() {
         p.processed_logprobs = r >= 2;
         cpu::Sequence seq(0, {1}, p);
         SeqSamplingParams& g = params[static_cast<size_t>(r)];
-        g.uniform = cpu::Rng(seq.rng).uniform();
-        g.temperature = p.temperature;
-        g.logprobs = p.logprobs;
-        g.processed_logprobs = p.processed_logprobs;
+        g = cpu::sampling_row(p, cpu::Rng(seq.rng).uniform());
         g.mask_stop_ids = 1;
         g.stop_offset = static_cast<int32_t>(stops.size());
         g.stop_count = V;
@@ -480,29 +488,19 @@ int main() {
       d_logits.upload(logits);
       DeviceBuffer<SeqSamplingParams> d_params(params.size());
       d_params.upload(params);
-      DeviceBuffer<int32_t> d_stops(stops.size()), d_tokens(params.size()), d_top_ids(params.size() * kSamplingMaxTop),
-          d_counts(params.size());
-      DeviceBuffer<float> d_lp(params.size()), d_top_lp(params.size() * kSamplingMaxTop);
+      DeviceBuffer<int32_t> d_stops(stops.size());
       d_stops.upload(stops);
-      d_tokens.poison();
-      d_lp.poison();
       SamplingArgs a;
       a.logits = d_logits.ptr;
       a.n_seqs = cs.batch;
       a.vocab = V;
       a.params = d_params.ptr;
       a.stop_ids = d_stops.ptr;
-      a.tokens = d_tokens.ptr;
-      a.logprobs = d_lp.ptr;
-      a.top_ids = d_top_ids.ptr;
-      a.top_logprobs = d_top_lp.ptr;
-      a.top_counts = d_counts.ptr;
-      sample(a, nullptr);
-      STRATA_CK(cudaDeviceSynchronize());
-      const auto tokens = d_tokens.download();
-      const auto lps = d_lp.download();
-      const auto counts = d_counts.download();
-      const auto top_ids = d_top_ids.download();
+      const GpuOut got = DeviceSampling(cs.batch).run(a);
+      const auto& tokens = got.tokens;
+      const auto& lps = got.logprobs;
+      const auto& counts = got.top_counts;
+      const auto& top_ids = got.top_ids;
       bool ok = true;
       std::vector<double> lp_ref;
       std::vector<float> lp_got;
