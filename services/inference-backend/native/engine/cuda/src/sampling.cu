@@ -44,6 +44,7 @@ constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int kGather = 2048;  // = 4 * kThreads: the rank-0 scan keeps 4 items per thread
 constexpr int kBins = 256;
+constexpr uint32_t kNoBin = kBins;  // count_bins(): a key it leaves out
 constexpr int kParts = 8;      // intervals per mass-refinement pass
 constexpr int kSlots = 8;      // scalars per mailbox
 constexpr int kMaxCluster = 8;
@@ -339,23 +340,32 @@ __device__ int32_t find_tie_id(Ctx& c, Cut s, uint32_t key, uint32_t j) {
   return static_cast<int32_t>(sh.rank_u[owner][0]);
 }
 
+// The cluster's histogram of the keys of cut s: `bin` gives a key's bin, or kNoBin to leave it
+// out. Each block counts its slice into its mailbox; after the exchange, sh.hist holds
+// the sums.
+template <class Bin>
+__device__ void count_bins(Ctx& c, Cut s, Bin bin) {
+  Mail& mb = c.sh->mail[c.cur];
+  for (int b = threadIdx.x; b < kBins; b += kThreads) mb.hist[b] = 0;
+  __syncthreads();
+  for (int base = c.wb; base < c.we; base += 32) {
+    const int i = base + c.lane;
+    if (i < c.we) {
+      const uint32_t key = c.keys[i];
+      const uint32_t b = bin(key);
+      if (b != kNoBin && in_cut(key, c.lo + i, s)) atomicAdd(&mb.hist[b], 1u);
+    }
+  }
+  exchange(c, true);
+}
+
 // The cut holding the k best members of s (|s| = s_size, 1 <= k).
 __device__ Cut count_select(Ctx& c, Cut s, uint32_t s_size, uint32_t k) {
   if (k >= s_size) return s;
   Shared& sh = *c.sh;
   uint32_t prefix = 0, mask = 0, rem = k, ties = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
-    Mail& mb = sh.mail[c.cur];
-    for (int b = threadIdx.x; b < kBins; b += kThreads) mb.hist[b] = 0;
-    __syncthreads();
-    for (int base = c.wb; base < c.we; base += 32) {
-      const int i = base + c.lane;
-      if (i < c.we) {
-        const uint32_t key = c.keys[i];
-        if ((key & mask) == prefix && in_cut(key, c.lo + i, s)) atomicAdd(&mb.hist[(key >> shift) & 0xffu], 1u);
-      }
-    }
-    exchange(c, true);
+    count_bins(c, s, [&](uint32_t key) { return (key & mask) == prefix ? (key >> shift) & 0xffu : kNoBin; });
     if (c.warp == 0) pick_bin(sh, rem, c.lane);
     __syncthreads();
     prefix |= sh.bcast[0] << shift;
@@ -619,19 +629,7 @@ __device__ Mass select_mass(Ctx& c, Cut s, uint32_t s_size, double target, bool 
     const int shift = topbit > 7 ? topbit - 7 : 0;
     const uint32_t base = lo >> shift;
     const int top_bin = static_cast<int>((hi >> shift) - base);
-    {
-      Mail& mb = sh.mail[c.cur];
-      for (int b = threadIdx.x; b < kBins; b += kThreads) mb.hist[b] = 0;
-      __syncthreads();
-      for (int b0 = c.wb; b0 < c.we; b0 += 32) {
-        const int i = b0 + c.lane;
-        if (i < c.we) {
-          const uint32_t key = c.keys[i];
-          if (key >= lo && key <= hi && in_cut(key, c.lo + i, s)) atomicAdd(&mb.hist[(key >> shift) - base], 1u);
-        }
-      }
-    }
-    exchange(c, true);
+    count_bins(c, s, [&](uint32_t key) { return key >= lo && key <= hi ? (key >> shift) - base : kNoBin; });
     // Up to kParts intervals on bin edges, from the top: runs of about in_n / kParts tokens, and a
     // bin that alone holds that many gets an interval of its own. Every round then either splits
     // the tokens into at least two non-empty intervals or (one non-empty bin) narrows the key
