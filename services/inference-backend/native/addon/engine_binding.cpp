@@ -16,6 +16,7 @@
 #include "strata/coded_error.h"
 #include "strata/cpu_backend.h"
 #include "strata/model_config.h"
+#include "strata/model_source.h"
 #ifdef STRATA_WITH_CUDA
 #include "strata/cuda_backend.h"
 #endif
@@ -128,6 +129,7 @@ class LoadWorker : public Napi::AsyncWorker {
               : std::make_unique<CpuBackend>(opts_.model_dir, backend_options);
       loaded->backend_name = "cpu";
       loaded->kernel_isa = cpu->kernel_isa();
+      loaded->weights = cpu->weights_format();
       loaded->num_threads = cpu->num_threads();
       loaded->kv_bytes_per_block = cpu->kv_bytes_per_block(opts_.engine.block_size);
       EngineConfig config = opts_.engine;
@@ -147,6 +149,11 @@ class LoadWorker : public Napi::AsyncWorker {
 #ifdef STRATA_WITH_CUDA
     if (opts_.model_dir.empty()) {
       throw CodedError("STRATA_INVALID_CONFIG", "the cuda backend loads a model directory; dummy presets run on \"cpu\"");
+    }
+    if (resolve_model_source(opts_.model_dir).kind == ModelSource::Kind::kGguf) {
+      throw CodedError("STRATA_INVALID_CONFIG",
+                       "the cuda backend does not load GGUF files yet (its Q4_0/Q4_1/Q8_0 kernels exist, the loader "
+                       "does not); serve " + opts_.model_dir + " with backend \"cpu\", or a Hugging Face directory on \"cuda\"");
     }
     CudaBackendOptions options;
     if (opts_.dtype == "bfloat16") options.dtype = cuda::DType::kBF16;
@@ -169,6 +176,7 @@ class LoadWorker : public Napi::AsyncWorker {
     loaded->kernel_isa = "cuda";
     loaded->device = gpu->device_name();
     loaded->dtype = opts_.dtype;
+    loaded->weights = opts_.dtype;
     loaded->load_gb_per_s = gpu->load_stats().gb_per_s();
     loaded->sampling = gpu->samples_on_device() ? "gpu" : "cpu";
     loaded->sampling_note = gpu->sampling_note();
@@ -550,6 +558,7 @@ Napi::Value EngineBinding::Info(const Napi::CallbackInfo& info) {
   o.Set("kernelIsa", loaded_->kernel_isa);
   o.Set("threads", loaded_->num_threads);
   o.Set("dtype", loaded_->dtype);
+  o.Set("weights", loaded_->weights);
   o.Set("device", loaded_->device);
   o.Set("loadSeconds", loaded_->load_seconds);
   o.Set("loadGBPerSecond", loaded_->load_gb_per_s);

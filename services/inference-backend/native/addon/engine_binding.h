@@ -24,7 +24,8 @@ struct LoadedEngine {
   std::string backend_name;  // "cpu" or "cuda"
   std::string kernel_isa;    // CPU kernels: e.g. "avx2+fma"; CUDA: "cuda"
   std::string device = "cpu";  // CUDA: the GPU's name
-  std::string dtype = "float32";  // weights, activations and KV
+  std::string dtype = "float32";  // activations and KV (and weights, unless quantized)
+  std::string weights = "float32";  // the weights' format: a dtype, or block types such as "Q4_1 + Q8_0"
   double load_gb_per_s = 0;  // checkpoint bytes read per second (CUDA: to the device)
   std::string sampling = "cpu";  // where tokens are sampled: "cpu" or "gpu"
   std::string sampling_note;     // why not on the GPU although configured; empty otherwise

@@ -3,14 +3,18 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <memory>
 #include <stdexcept>
 
 #include "cpu_kernels.h"
 #include "kv_cache.h"
 #include "paged_attention.h"
+#include "quant_kernels.h"
 #include "rope.h"
+#include "strata/gguf.h"
 #include "strata/model_config.h"
 #include "strata/model_error.h"
+#include "strata/model_source.h"
 #include "tensor_slots.h"
 #include "thread_pool.h"
 
@@ -18,16 +22,27 @@ namespace strata {
 
 namespace {
 
+// A weight matrix (n, k) as the step multiplies it: fp32 panels, or block-quantized rows
+// (GGUF) that the quantized GEMM reads as they are. A quantized matrix is shared, so a tied
+// output projection and the embedding table are one copy.
+struct Linear {
+  PackedWeights f32;
+  std::shared_ptr<const QuantMatrix> quant;  // set: quantized
+
+  int64_t n() const { return quant ? quant->rows : f32.n; }
+  int64_t k() const { return quant ? quant->cols : f32.k; }
+};
+
 // A decoder layer with its projections fused, so a step makes 4 GEMMs per layer, not 7.
 struct CpuLayer {
   std::vector<float> input_norm;   // (hidden)
-  PackedWeights qkv;               // (q_dim + 2 * kv_dim, hidden): q rows, then k, then v
+  Linear qkv;                      // (q_dim + 2 * kv_dim, hidden): q rows, then k, then v
   std::vector<float> qkv_bias;     // (q_dim + 2 * kv_dim) or empty
-  PackedWeights o_proj;            // (hidden, q_dim)
+  Linear o_proj;                   // (hidden, q_dim)
   std::vector<float> o_bias;       // (hidden) or empty
   std::vector<float> post_norm;    // (hidden)
-  PackedWeights gate_up;           // (2 * intermediate, hidden): gate rows, then up rows
-  PackedWeights down;              // (hidden, intermediate)
+  Linear gate_up;                  // (2 * intermediate, hidden): gate rows, then up rows
+  Linear down;                     // (hidden, intermediate)
 };
 
 // Concatenates the rows of the parts and frees them as it goes, so peak memory stays near one
@@ -44,8 +59,63 @@ std::vector<float> concat_rows(std::initializer_list<std::vector<float>*> parts)
   return out;
 }
 
-PackedWeights pack_rows(std::vector<float> rows, int64_t k) {
-  return PackedWeights::pack(rows.data(), static_cast<int64_t>(rows.size()) / k, k);
+std::vector<float> dequantize(const QuantMatrix& m) {
+  std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
+  for (int64_t r = 0; r < m.rows; ++r) dequantize_row(m.type, m.row(r), m.cols, out.data() + r * m.cols);
+  return out;
+}
+
+// One weight tensor of a fused matrix: its Hugging Face name and its fp32 member (empty when
+// the tensor is in ModelWeights::quantized).
+struct Part {
+  std::string name;
+  std::vector<float>* f32;
+};
+
+// The fused matrix of `parts` (row blocks, in order), each of `k` columns. Quantized parts of
+// one block type stay quantized (their rows are concatenated as they are); fp32 parts are
+// packed; a mix of types (some GGUF files quantize q, k and v differently) is widened to fp32.
+Linear fuse(ModelWeights& weights, std::initializer_list<Part> parts, int64_t k) {
+  size_t quantized = 0;
+  bool same_type = true;
+  const QuantMatrix* first = nullptr;
+  for (const Part& part : parts) {
+    auto it = weights.quantized.find(part.name);
+    if (it == weights.quantized.end()) continue;
+    ++quantized;
+    if (first == nullptr) first = &it->second;
+    same_type = same_type && it->second.type == first->type;
+  }
+  Linear out;
+  if (quantized == parts.size() && same_type) {
+    auto fused = std::make_shared<QuantMatrix>();
+    fused->type = first->type;
+    fused->cols = k;
+    for (const Part& part : parts) {
+      auto it = weights.quantized.find(part.name);
+      fused->rows += it->second.rows;
+      fused->data.insert(fused->data.end(), it->second.data.begin(), it->second.data.end());
+      weights.quantized.erase(it);
+    }
+    out.quant = std::move(fused);
+    return out;
+  }
+  for (const Part& part : parts) {  // fp32, widening the quantized parts
+    auto it = weights.quantized.find(part.name);
+    if (it == weights.quantized.end()) continue;
+    *part.f32 = dequantize(it->second);
+    weights.quantized.erase(it);
+  }
+  std::vector<float> rows;
+  size_t total = 0;
+  for (const Part& part : parts) total += part.f32->size();
+  rows.reserve(total);
+  for (const Part& part : parts) {
+    rows.insert(rows.end(), part.f32->begin(), part.f32->end());
+    std::vector<float>().swap(*part.f32);
+  }
+  out.f32 = PackedWeights::pack(rows.data(), static_cast<int64_t>(rows.size()) / k, k);
+  return out;
 }
 
 void check_weights(const ModelConfig& config, ModelWeights& weights) {
@@ -57,11 +127,30 @@ void check_weights(const ModelConfig& config, ModelWeights& weights) {
     if (slot.name == kLmHeadName && config.tie_word_embeddings) continue;  // embed_tokens serves
     size_t count = 1;
     for (int64_t dim : slot.shape) count *= static_cast<size_t>(dim);
-    if (slot.target->size() != count) {
-      throw ModelError(model_error_code::kWeights, "weight \"" + slot.name + "\" has " + std::to_string(slot.target->size()) +
+    auto quantized = weights.quantized.find(slot.name);
+    const size_t have = quantized != weights.quantized.end()
+                            ? static_cast<size_t>(quantized->second.rows * quantized->second.cols)
+                            : slot.target->size();
+    if (have != count) {
+      throw ModelError(model_error_code::kWeights, "weight \"" + slot.name + "\" has " + std::to_string(have) +
                                                        " values, the config needs " + std::to_string(count));
     }
   }
+}
+
+// "float32", or the block type of the quantized matrices ("Q4_1"), naming a second type that
+// some of them have ("Q4_1 + Q8_0").
+std::string describe_weights(const ModelWeights& weights) {
+  std::vector<std::string> types;
+  for (const auto& [name, matrix] : weights.quantized) {
+    const std::string type = quant_type_name(matrix.type);
+    if (std::find(types.begin(), types.end(), type) == types.end()) types.push_back(type);
+  }
+  if (types.empty()) return "float32";
+  std::sort(types.begin(), types.end());
+  std::string out;
+  for (const std::string& t : types) out += (out.empty() ? "" : " + ") + t;
+  return out;
 }
 
 [[noreturn]] void bad_input(const std::string& message) { throw ModelError(model_error_code::kBackendInput, message); }
@@ -70,13 +159,17 @@ void check_weights(const ModelConfig& config, ModelWeights& weights) {
 
 struct CpuBackend::Impl {
   ModelConfig config;
-  std::vector<float> embed;        // (vocab, hidden) row-major, for the token gather
-  PackedWeights lm_head;           // (vocab, hidden): lm_head.weight, or embed when tied
+  std::string weights_format;      // describe_weights()
+  std::vector<float> embed;        // (vocab, hidden) row-major, for the token gather; or empty and
+  std::shared_ptr<const QuantMatrix> embed_quant;  // the table kept quantized (rows dequantized on gather)
+  Linear lm_head;                  // (vocab, hidden): lm_head.weight, or the embedding when tied
   std::vector<float> final_norm;   // (hidden)
   std::vector<CpuLayer> layers;
   Rope rope;
   ThreadPool pool;
   const CpuKernels& kernels;
+  const QuantKernels& qkernels;
+  QuantScratch quant_scratch;
   KvCache cache;
 
   int64_t q_dim = 0, kv_dim = 0, qkv_dim = 0;
@@ -95,28 +188,48 @@ struct CpuBackend::Impl {
   std::vector<int64_t> logit_rows;           // rows whose logits are wanted, in batch order
 
   Impl(ModelConfig cfg, ModelWeights weights, CpuBackendOptions options)
-      : config(std::move(cfg)), rope(config), pool(options.num_threads), kernels(cpu_kernels()) {
+      : config(std::move(cfg)), rope(config), pool(options.num_threads), kernels(cpu_kernels()), qkernels(quant_kernels()) {
     check_weights(config, weights);
+    weights_format = describe_weights(weights);
     q_dim = int64_t{config.num_heads} * config.head_dim;
     kv_dim = int64_t{config.num_kv_heads} * config.head_dim;
     qkv_dim = q_dim + 2 * kv_dim;
     const int64_t hidden = config.hidden_size;
-    embed = std::move(weights.embed_tokens);
-    const std::vector<float>& head = config.tie_word_embeddings ? embed : weights.lm_head;
-    lm_head = PackedWeights::pack(head.data(), config.vocab_size, hidden);
-    std::vector<float>().swap(weights.lm_head);
+    if (auto it = weights.quantized.find(kEmbedName); it != weights.quantized.end()) {
+      embed_quant = std::make_shared<const QuantMatrix>(std::move(it->second));
+      weights.quantized.erase(it);
+    } else {
+      embed = std::move(weights.embed_tokens);
+    }
+    if (config.tie_word_embeddings) {
+      if (embed_quant) lm_head.quant = embed_quant;
+      else lm_head.f32 = PackedWeights::pack(embed.data(), config.vocab_size, hidden);
+    } else {
+      lm_head = fuse(weights, {{kLmHeadName, &weights.lm_head}}, hidden);
+    }
     final_norm = std::move(weights.final_norm);
-    for (LayerWeights& w : weights.layers) {
+    for (int32_t l = 0; l < config.num_layers; ++l) {
+      LayerWeights& w = weights.layers[l];
+      const std::string p = "model.layers." + std::to_string(l) + ".";
       CpuLayer layer;
       layer.input_norm = std::move(w.input_norm);
-      layer.qkv = pack_rows(concat_rows({&w.q_proj, &w.k_proj, &w.v_proj}), hidden);
+      layer.qkv = fuse(weights,
+                       {{p + "self_attn.q_proj.weight", &w.q_proj},
+                        {p + "self_attn.k_proj.weight", &w.k_proj},
+                        {p + "self_attn.v_proj.weight", &w.v_proj}},
+                       hidden);
       if (config.attention_bias) layer.qkv_bias = concat_rows({&w.q_bias, &w.k_bias, &w.v_bias});
-      layer.o_proj = pack_rows(std::move(w.o_proj), q_dim);
+      layer.o_proj = fuse(weights, {{p + "self_attn.o_proj.weight", &w.o_proj}}, q_dim);
       layer.o_bias = std::move(w.o_bias);
       layer.post_norm = std::move(w.post_attention_norm);
-      layer.gate_up = pack_rows(concat_rows({&w.gate_proj, &w.up_proj}), hidden);
-      layer.down = pack_rows(std::move(w.down_proj), config.intermediate_size);
+      layer.gate_up =
+          fuse(weights, {{p + "mlp.gate_proj.weight", &w.gate_proj}, {p + "mlp.up_proj.weight", &w.up_proj}}, hidden);
+      layer.down = fuse(weights, {{p + "mlp.down_proj.weight", &w.down_proj}}, config.intermediate_size);
       layers.push_back(std::move(layer));
+    }
+    if (!weights.quantized.empty()) {
+      throw ModelError(model_error_code::kWeights,
+                       "quantized tensor \"" + weights.quantized.begin()->first + "\" is not a matrix this backend multiplies");
     }
   }
 
@@ -143,14 +256,27 @@ struct CpuBackend::Impl {
     for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * (in[i] * inv_rms);
   }
 
-  void gemm(const float* a, int64_t m, const PackedWeights& w, float* c, const std::vector<float>& bias, bool accumulate) {
+  void gemm(const float* a, int64_t m, const Linear& w, float* c, const std::vector<float>& bias, bool accumulate) {
+    if (w.quant) {
+      QuantGemmArgs args;
+      args.m = m;
+      args.a = a;
+      args.lda = w.k();
+      args.w = w.quant.get();
+      args.c = c;
+      args.ldc = w.n();
+      args.bias = bias.empty() ? nullptr : bias.data();
+      args.accumulate = accumulate;
+      parallel_quant_gemm(pool, qkernels, args, quant_scratch);
+      return;
+    }
     GemmArgs args;
     args.m = m;
     args.a = a;
-    args.lda = w.k;
-    args.w = &w;
+    args.lda = w.f32.k;
+    args.w = &w.f32;
     args.c = c;
-    args.ldc = w.n;
+    args.ldc = w.f32.n;
     args.bias = bias.empty() ? nullptr : bias.data();
     args.accumulate = accumulate;
     parallel_gemm(pool, kernels, args);
@@ -219,8 +345,13 @@ struct CpuBackend::Impl {
     int64_t row = 0;
     for (const SeqSlice& seq : batch.seqs) {
       for (int32_t i = 0; i < seq.n_tokens; ++i, ++row) {
-        const float* src = embed.data() + int64_t{seq.tokens[i]} * hidden;
-        std::copy(src, src + hidden, x.data() + row * hidden);
+        float* dst = x.data() + row * hidden;
+        if (embed_quant) {
+          dequantize_row(embed_quant->type, embed_quant->row(seq.tokens[i]), hidden, dst);
+        } else {
+          const float* src = embed.data() + int64_t{seq.tokens[i]} * hidden;
+          std::copy(src, src + hidden, dst);
+        }
       }
     }
     rope.tables(positions.data(), tokens, cos.data(), sin.data());
@@ -266,9 +397,21 @@ struct CpuBackend::Impl {
   }
 };
 
-CpuBackend::CpuBackend(const std::filesystem::path& model_dir, CpuBackendOptions options) {
-  ModelConfig config = load_model_config(model_dir);
-  ModelWeights weights = load_model_weights(model_dir, config);
+CpuBackend::CpuBackend(const std::filesystem::path& model_path, CpuBackendOptions options) {
+  const ModelSource source = resolve_model_source(model_path);
+  if (source.kind == ModelSource::Kind::kGguf) {
+    ModelConfig config;
+    ModelWeights weights;
+    {
+      const GgufFile file = GgufFile::open(source.path);  // unmapped once the blocks are copied out
+      config = gguf_model_config(file);
+      weights = load_gguf_weights(file, config);
+    }
+    impl_ = std::make_unique<Impl>(std::move(config), std::move(weights), options);
+    return;
+  }
+  ModelConfig config = load_model_config(source.path);
+  ModelWeights weights = load_model_weights(source.path, config);
   impl_ = std::make_unique<Impl>(std::move(config), std::move(weights), options);
 }
 
@@ -320,5 +463,7 @@ void CpuBackend::copy_block(int32_t src, int32_t dst) {
 int32_t CpuBackend::num_threads() const { return impl_->pool.size(); }
 
 const char* CpuBackend::kernel_isa() const { return impl_->kernels.isa; }
+
+const std::string& CpuBackend::weights_format() const { return impl_->weights_format; }
 
 }  // namespace strata

@@ -1,11 +1,12 @@
-// The portable fp32 backend: a Llama-family forward pass over a paged fp32 KV cache, spread
-// over all cores. The step's tokens go through each weight matrix together, so every weight is
+// The CPU backend: a Llama-family forward pass over a paged fp32 KV cache, spread over all
+// cores, with fp32 weights or GGUF block-quantized ones (Q4_0, Q4_1, Q8_0). The step's tokens go through each weight matrix together, so every weight is
 // read once per step whatever the batch.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <string>
 
 #include "strata/model_backend.h"
 #include "strata/model_weights.h"
@@ -18,8 +19,10 @@ struct CpuBackendOptions {
 
 class CpuBackend final : public ModelBackend {
  public:
-  // A Hugging Face directory: config.json (+ generation_config.json) and safetensors.
-  explicit CpuBackend(const std::filesystem::path& model_dir, CpuBackendOptions options = {});
+  // A Hugging Face directory (config.json, generation_config.json, safetensors) or a GGUF file
+  // (or a directory holding one): see resolve_model_source(). GGUF matrices in Q4_0, Q4_1 or
+  // Q8_0 stay in their blocks; the other tensors are widened to fp32.
+  explicit CpuBackend(const std::filesystem::path& model_path, CpuBackendOptions options = {});
   // The dummy load format: random weights (see make_dummy_weights) for `config`.
   CpuBackend(const ModelConfig& config, uint64_t dummy_seed, CpuBackendOptions options = {});
   // Weights already in memory; their sizes are checked against `config`.
@@ -36,6 +39,8 @@ class CpuBackend final : public ModelBackend {
 
   int32_t num_threads() const;
   const char* kernel_isa() const;  // "avx2+fma" or "portable"
+  // The weights' numeric format: "float32", or the block types of the quantized matrices ("Q4_1 + Q8_0").
+  const std::string& weights_format() const;
 
  private:
   struct Impl;

@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "strata/model_backend.h"
+#include "strata/quant.h"
 
 namespace strata {
 
@@ -33,6 +35,10 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;     // (hidden)
   std::vector<float> lm_head;        // (vocab, hidden); empty when tied: use embed_tokens
+  // Matrices kept in their block-quantized form (GGUF), keyed by the Hugging Face tensor name
+  // ("model.layers.3.self_attn.q_proj.weight", "model.embed_tokens.weight", ...), rows in the
+  // Hugging Face order. A matrix here leaves its fp32 member above empty.
+  std::unordered_map<std::string, QuantMatrix> quantized;
 
   const std::vector<float>& output_projection() const { return lm_head.empty() ? embed_tokens : lm_head; }
 };
