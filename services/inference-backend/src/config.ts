@@ -5,10 +5,18 @@ const nonNegativeInt = (fallback: number) => z.coerce.number().int().min(0).defa
 
 export const configSchema = baseServiceSchema.extend({
   port: configFields.port(8000),
-  /** A Hugging Face model directory. Without one the service runs but never turns ready. */
+  /**
+   * The model: a Hugging Face directory, a .gguf file, or a directory holding one .gguf file and no
+   * config.json. Without one the service runs but never turns ready.
+   */
   modelDir: z.string().min(1).optional(),
-  /** The name clients use in `model`; defaults to the directory's name. */
+  /** The name clients use in `model`; defaults to the directory's name (a GGUF file's name without .gguf). */
   servedModelName: z.string().min(1).optional(),
+  /**
+   * The chat template, replacing the model's own (vLLM's --chat-template): the path of a Jinja file,
+   * or the template text itself. It must parse, or the model fails to load.
+   */
+  chatTemplate: z.string().min(1).optional(),
   engine: z
     .object({
       /** Model backend: cpu (every machine) or cuda (NVIDIA GPUs; see docs/engine.md for its state). */
@@ -55,6 +63,7 @@ export const configEnv: EnvMap = {
   ...baseServiceEnv,
   modelDir: 'STRATA_MODEL_DIR',
   servedModelName: 'STRATA_SERVED_MODEL_NAME',
+  chatTemplate: 'STRATA_CHAT_TEMPLATE',
   'engine.backend': 'STRATA_ENGINE_BACKEND',
   'engine.threads': 'STRATA_ENGINE_THREADS',
   'engine.numBlocks': 'STRATA_KV_CACHE_BLOCKS',

@@ -38,7 +38,10 @@ export interface CudaInfo {
 export interface NativeLoadOptions {
   /** 'cpu' (default) or 'cuda'; a backend this build or machine cannot run fails the load. */
   backend?: 'cpu' | 'cuda';
-  /** A Hugging Face model directory; or leave empty and name a dummyPreset. */
+  /**
+   * The model: a Hugging Face directory, a .gguf file, or a directory holding one .gguf file and no
+   * config.json (the paths loadModelFiles accepts); or leave empty and name a dummyPreset.
+   */
   modelDir?: string;
   /** Random weights for a named shape, e.g. "llama-3-8b" (benchmarks). */
   dummyPreset?: string;
@@ -176,8 +179,10 @@ export interface NativeEngineInfo {
   kernelIsa: string;
   /** "cpu", or the GPU's name. */
   device: string;
-  /** Weights, activations and KV: float32 on the CPU backend. */
+  /** Activations and KV (and the weights unless quantized): float32 on the CPU backend. */
   dtype: 'float32' | 'bfloat16' | 'float16';
+  /** The weights' format: the dtype, or the block types of a GGUF's quantized matrices ("Q4_1 + Q8_0"). */
+  weights: string;
   threads: number;
   loadSeconds: number;
   /** Checkpoint bytes per second while loading (the CUDA backend's copy to the device); 0 when not measured. */

@@ -63,7 +63,7 @@ describe('strata-engine', () => {
     const missing = run('generate', '--model', '/nonexistent/model', '--prompt', 'x');
     expect(missing.status).toBe(1);
     expect(missing.stderr).toContain(
-      'strata-engine: STRATA_MODEL_CONFIG: /nonexistent/model/config.json: file not found',
+      'strata-engine: STRATA_MODEL_CONFIG: model path /nonexistent/model does not exist',
     );
   });
 });

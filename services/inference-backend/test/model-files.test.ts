@@ -24,8 +24,10 @@ describe('loadModelFiles on tinystories-656k', () => {
     const dir = modelPath('tinystories-656k');
     const files = await loadModelFiles(dir);
     expect(files).toEqual({
+      format: 'huggingface',
+      path: path.resolve(dir),
       dir: path.resolve(dir),
-      tokenizerPath: path.join(path.resolve(dir), 'tokenizer.json'),
+      tokenizer: { kind: 'file', path: path.join(path.resolve(dir), 'tokenizer.json') },
       architectures: ['LlamaForCausalLM'],
       modelType: 'llama',
       vocabSize: 2048,
@@ -38,8 +40,13 @@ describe('loadModelFiles on tinystories-656k', () => {
       specialTokenIds: [0, 1, 2],
       byteFallback: true,
       chatTemplate: null,
+      chatTemplateOrigin: null,
       // max_position_embeddings 512; tokenizer_config's model_max_length is the 1e30 "unset" value.
       maxModelLen: 512,
+      displayName: null,
+      // config.json torch_dtype.
+      quantization: 'float32',
+      tensorTypes: null,
     });
   });
 });
@@ -104,7 +111,9 @@ describe('loadModelFiles on edited copies', () => {
   it('takes the chat template from tokenizer_config.json, the named list form, or chat_template.jinja', async () => {
     const dir = await copyTinystories(dirs);
     await writeFile(path.join(dir, 'chat_template.jinja'), '{{ "from file" }}');
-    expect((await loadModelFiles(dir)).chatTemplate).toBe('{{ "from file" }}');
+    const fromFile = await loadModelFiles(dir);
+    expect(fromFile.chatTemplate).toBe('{{ "from file" }}');
+    expect(fromFile.chatTemplateOrigin).toBe(path.join(dir, 'chat_template.jinja'));
     await editJson(dir, 'tokenizer_config.json', (j) => ({
       ...j,
       chat_template: [
@@ -114,7 +123,9 @@ describe('loadModelFiles on edited copies', () => {
     }));
     expect((await loadModelFiles(dir)).chatTemplate).toBe('plain');
     await editJson(dir, 'tokenizer_config.json', (j) => ({ ...j, chat_template: 'inline' }));
-    expect((await loadModelFiles(dir)).chatTemplate).toBe('inline');
+    const inline = await loadModelFiles(dir);
+    expect(inline.chatTemplate).toBe('inline');
+    expect(inline.chatTemplateOrigin).toBe(`${path.join(dir, 'tokenizer_config.json')} chat_template`);
   });
 
   it('limits the context by a plausible tokenizer model_max_length', async () => {

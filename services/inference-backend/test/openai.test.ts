@@ -378,6 +378,10 @@ describe('GET /v1/models', () => {
         owned_by: 'strata',
         root: 'tinystories-656k',
         max_model_len: plain.host.get().maxModelLen,
+        // Beside OpenAI's fields: how the model is stored (config.json's torch_dtype here).
+        format: 'huggingface',
+        quantization: 'float32',
+        display_name: null,
       },
     ]);
     const chatModels = await json(await fetch(`${chat.url}/v1/models`));

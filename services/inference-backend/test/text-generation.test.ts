@@ -1,9 +1,13 @@
-// Text in, text out, on the real tinystories-656k model: detokenization, stop strings, abort.
+// Text in, text out, on the real tinystories-656k model: detokenization, stop strings, abort,
+// and the end-of-generation ids the engine does not know by itself.
+import { symlink } from 'node:fs/promises';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.js';
 import { type TextEvent, TextGenerator } from '../src/engine/text-generation.js';
 import { Tokenizer } from '../src/model/tokenizer.js';
 import { modelPath } from './support/models.js';
+import { copyTinystories, editJson, TempDirs } from './support/temp-model.js';
 
 let generator: TextGenerator;
 beforeAll(async () => {
@@ -96,5 +100,63 @@ describe('text generation', () => {
     await expect(generator.complete({ prompt: PROMPT, params: greedy, stop: [''] })).rejects.toMatchObject({
       code: 'STRATA_INVALID_PARAM',
     });
+  });
+});
+
+describe("end-of-generation ids beyond the engine's own", () => {
+  const dirs = new TempDirs();
+  let withEnd: TextGenerator;
+  /** A token of the greedy output, not its first: made the tokenizer's eos_token below. */
+  let end: number;
+  beforeAll(async () => {
+    const base = await generator.complete({ prompt: PROMPT, params: greedy });
+    end = base.tokenIds.find((id, i) => i >= 3 && base.tokenIds.indexOf(id) > 0) as number;
+    // config.json's and generation_config's eos stay 2: the engine stops at 2 only, the model
+    // files end generation at 2 and `end` (as a GGUF file's eot id would).
+    const dir = await copyTinystories(dirs);
+    await symlink(
+      path.join(modelPath('tinystories-656k'), 'model.safetensors'),
+      path.join(dir, 'model.safetensors'),
+    );
+    const piece = generator.tokenizer.piece(end);
+    await editJson(dir, 'tokenizer_config.json', (j) => ({ ...j, eos_token: piece }));
+    withEnd = new TextGenerator(
+      await Engine.load({ modelDir: dir, numBlocks: 256 }),
+      await Tokenizer.load(dir),
+    );
+  });
+  afterAll(async () => {
+    await withEnd?.engine.close();
+    await dirs.removeAll();
+  });
+
+  it('knows which ids the engine does not stop at', () => {
+    expect(withEnd.engine.info.model.eosTokenIds).toEqual([2]);
+    expect(withEnd.tokenizer.eosTokenIds).toEqual([2, end]);
+    expect(withEnd.extraEndIds).toEqual([end]);
+    expect(generator.extraEndIds).toEqual([]);
+  });
+
+  it('ends the output at the first of them, unless the request ignores EOS', async () => {
+    const all = await withEnd.complete({ prompt: PROMPT, params: greedy });
+    const first = all.tokenIds.indexOf(end);
+    expect(first).toBeGreaterThan(0);
+    expect(all.done.finishReason).toBe('length');
+    const ended = await withEnd.complete({ prompt: PROMPT, params: { ...greedy, ignoreEos: false } });
+    expect(ended.tokenIds).toEqual(all.tokenIds.slice(0, first + 1));
+    expect(ended.done.finishReason).toBe('stop');
+    // The engine alone (the unedited model) runs on past it.
+    const plain = await generator.complete({ prompt: PROMPT, params: { ...greedy, ignoreEos: false } });
+    expect(plain.tokenIds.length).toBeGreaterThan(first + 1);
+  });
+
+  it("adds them to the request's own stop token ids, once", () => {
+    expect(withEnd.samplingParams({ stopTokenIds: [5, end] })).toEqual({ stopTokenIds: [5, end] });
+    expect(withEnd.samplingParams({ stopTokenIds: [5], maxTokens: 3 })).toEqual({
+      stopTokenIds: [5, end],
+      maxTokens: 3,
+    });
+    expect(withEnd.samplingParams({ ignoreEos: true })).toEqual({ ignoreEos: true });
+    expect(generator.samplingParams({ maxTokens: 3 })).toEqual({ maxTokens: 3 });
   });
 });

@@ -49,10 +49,28 @@ export interface TextDone {
 export type TextEvent = TextToken | TextDone;
 
 export class TextGenerator {
+  /**
+   * End-of-generation ids of the tokenizer's model files that the engine does not stop at by
+   * itself (a GGUF file's eot/eom ids, a tokenizer_config.json eos_token missing from config.json):
+   * every request stops at them too, as stop token ids, unless it ignores EOS.
+   */
+  readonly extraEndIds: readonly number[];
+
   constructor(
     readonly engine: Engine,
     readonly tokenizer: Tokenizer,
-  ) {}
+  ) {
+    const { eosTokenIds, vocabSize } = engine.info.model;
+    this.extraEndIds = tokenizer.eosTokenIds.filter((id) => !eosTokenIds.includes(id) && id < vocabSize);
+  }
+
+  /** `params` with the extra end-of-generation ids added to stopTokenIds (none when ignoreEos). */
+  samplingParams(params: SamplingParams = {}): SamplingParams {
+    if (this.extraEndIds.length === 0 || params.ignoreEos) return params;
+    const stops = params.stopTokenIds ?? [];
+    const missing = this.extraEndIds.filter((id) => !stops.includes(id));
+    return missing.length === 0 ? params : { ...params, stopTokenIds: [...stops, ...missing] };
+  }
 
   async promptIds(prompt: string | readonly number[]): Promise<number[]> {
     const ids = typeof prompt === 'string' ? await this.tokenizer.encode(prompt) : [...prompt];
@@ -72,7 +90,7 @@ export class TextGenerator {
     });
     const detok = new IncrementalDetokenizer(this.tokenizer, { promptIds });
     const controller = new AbortController();
-    const tokens = this.engine.generate(promptIds, request.params, {
+    const tokens = this.engine.generate(promptIds, this.samplingParams(request.params), {
       signal: controller.signal,
       ...(request.priority !== undefined ? { priority: request.priority } : {}),
       ...(request.tenant !== undefined ? { tenant: request.tenant } : {}),

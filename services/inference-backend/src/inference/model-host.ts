@@ -42,12 +42,16 @@ export class ModelHost {
       this.logger.info(
         {
           model: this.runtime.modelName,
+          format: this.runtime.files.format,
+          quantization: this.runtime.files.quantization,
+          chat_template: this.runtime.files.chatTemplateOrigin,
           load_seconds: (performance.now() - started) / 1e3,
           engine: info.engine,
           backend: info.backend,
           kernels: info.kernelIsa,
           device: info.device,
           dtype: info.dtype,
+          weights: info.weights,
           load_gb_per_s: info.loadGBPerSecond,
           sampling: info.sampling,
           ...(info.samplingNote ? { sampling_note: info.samplingNote } : {}),

@@ -7,7 +7,7 @@ import type { Config } from '../config.js';
 import { Engine, type FinishReason, type SamplingParams } from '../engine/engine.js';
 import { guarded } from '../engine/guarded.js';
 import { type TextEvent, TextGenerator } from '../engine/text-generation.js';
-import { ChatTemplate } from '../model/chat-template.js';
+import { ChatTemplate, withChatTemplateSetting } from '../model/chat-template.js';
 import { loadModelFiles, type ModelFiles } from '../model/model-files.js';
 import { Tokenizer } from '../model/tokenizer.js';
 import { defaultEngineThreads } from './cpu-budget.js';
@@ -54,9 +54,15 @@ export interface RequestRecord {
   decodeTime: number | undefined;
 }
 
-/** The model name this backend serves and reports (metrics label model_name, /load). */
+/**
+ * The model name this backend serves and reports (metrics label model_name, /load): the configured
+ * one, else the model directory's name, or a GGUF file's name without .gguf.
+ */
 export function servedModelName(config: Config): string {
-  return config.servedModelName ?? (config.modelDir ? basename(config.modelDir) : 'none');
+  if (config.servedModelName) return config.servedModelName;
+  if (!config.modelDir) return 'none';
+  const name = basename(config.modelDir);
+  return /\.gguf$/i.test(name) && name.length > '.gguf'.length ? name.slice(0, -'.gguf'.length) : name;
 }
 
 /** The parent context named by a W3C traceparent header, or the root context. */
@@ -104,7 +110,8 @@ export class InferenceRuntime {
   ): Promise<InferenceRuntime> {
     if (!config.modelDir)
       throw new StrataError('STRATA_MODEL_CONFIG', 'no model configured: set STRATA_MODEL_DIR');
-    const files = await loadModelFiles(config.modelDir);
+    let files = await loadModelFiles(config.modelDir);
+    if (config.chatTemplate) files = await withChatTemplateSetting(files, config.chatTemplate);
     const { engine: e } = config;
     const engine = await Engine.load({
       modelDir: config.modelDir,

@@ -4,6 +4,7 @@
 // text already holds whatever special tokens the template writes, so it is encoded with
 // addSpecialTokens: false.
 
+import { readFile } from 'node:fs/promises';
 import { Template } from '@huggingface/jinja';
 import { ModelError } from './errors.js';
 import type { ModelFiles } from './model-files.js';
@@ -43,13 +44,17 @@ export class ChatTemplate {
    * names the model in that message (default: its directory); the service passes the served
    * name, so that clients never see the server's paths.
    */
-  static fromModelFiles(files: ModelFiles, model = `in ${files.dir}`): ChatTemplate {
+  static fromModelFiles(files: ModelFiles, model = `in ${files.path}`): ChatTemplate {
     if (files.chatTemplate === null) {
+      const gguf = files.format === 'gguf';
       throw new ModelError(
         'STRATA_NO_CHAT_TEMPLATE',
-        `The model ${model} has no chat template (tokenizer_config.json has no chat_template); ` +
+        `The model ${model} has no chat template ` +
+          `(${gguf ? 'its GGUF file has no tokenizer.chat_template' : 'tokenizer_config.json has no chat_template'}); ` +
           'use /v1/completions with a plain prompt instead',
-        { file: `${files.dir}/tokenizer_config.json`, field: 'chat_template' },
+        gguf
+          ? { file: files.path, field: 'tokenizer.chat_template' }
+          : { file: `${files.dir}/tokenizer_config.json`, field: 'chat_template' },
       );
     }
     return new ChatTemplate(files.chatTemplate, { bosToken: files.bosToken, eosToken: files.eosToken });
@@ -79,4 +84,48 @@ export class ChatTemplate {
 
 function errorText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
+}
+
+/** Characters a Jinja template has and a file path (almost) never does. */
+const TEMPLATE_MARKUP = /[{}\n]/;
+
+/**
+ * The template a chat-template setting (STRATA_CHAT_TEMPLATE) stands for, as vLLM reads its
+ * --chat-template: the contents of the file it names, else the setting itself as template text.
+ * A setting that names no readable file and holds no template markup ({, } or a newline) is taken
+ * for a path that is wrong. The template must parse. Throws ModelError STRATA_CHAT_TEMPLATE.
+ */
+export async function readChatTemplateSetting(
+  setting: string,
+  name = 'STRATA_CHAT_TEMPLATE',
+): Promise<{ source: string; origin: string }> {
+  let template: { source: string; origin: string };
+  try {
+    template = { source: await readFile(setting, 'utf8'), origin: `${name} file ${setting}` };
+  } catch (err) {
+    if (!TEMPLATE_MARKUP.test(setting)) {
+      throw new ModelError(
+        'STRATA_CHAT_TEMPLATE',
+        `${name} (${JSON.stringify(setting)}) looks like a file path, but it cannot be read: ${errorText(err)}`,
+        { file: setting, cause: err },
+      );
+    }
+    template = { source: setting, origin: `${name} (inline)` };
+  }
+  try {
+    new Template(template.source);
+  } catch (err) {
+    throw new ModelError(
+      'STRATA_CHAT_TEMPLATE',
+      `The chat template of ${template.origin} does not parse: ${errorText(err)}`,
+      { cause: err },
+    );
+  }
+  return template;
+}
+
+/** `files` with the chat template replaced by the one a setting names (see readChatTemplateSetting). */
+export async function withChatTemplateSetting(files: ModelFiles, setting: string): Promise<ModelFiles> {
+  const { source, origin } = await readChatTemplateSetting(setting);
+  return { ...files, chatTemplate: source, chatTemplateOrigin: origin };
 }

@@ -1,30 +1,49 @@
-// Reads what the TS side needs from a Hugging Face model directory, once, at load: special-token
-// ids, whether BOS/EOS are added, the chat template and the context length. Everything is checked
-// here (zod), so the tokenizer, detokenizer and chat template can trust it.
+// Reads what the TS side needs from a model, once, at load: special-token ids, whether BOS/EOS are
+// added, the tokenizer, the chat template and the context length. Two formats: a Hugging Face
+// directory (config.json, tokenizer.json, tokenizer_config.json) or a GGUF file (./gguf-model.ts).
+// Everything is checked here (zod), so the tokenizer, detokenizer and chat template can trust it.
 
-import { readFile } from 'node:fs/promises';
+import { readdir, readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { ModelError } from './errors.js';
+import { ggufModelFiles } from './gguf-model.js';
+
+/** Where the tokenizer.json comes from: a file, or text built in memory (from a GGUF file's metadata). */
+export type TokenizerSource =
+  | { readonly kind: 'file'; readonly path: string }
+  | {
+      readonly kind: 'json';
+      readonly json: string;
+      /** The file the JSON was built from (in error messages). */
+      readonly origin: string;
+    };
 
 export interface ModelFiles {
-  /** Absolute path of the model directory. */
+  /** 'huggingface': a model directory; 'gguf': a GGUF file. */
+  readonly format: 'huggingface' | 'gguf';
+  /** Absolute path of what was loaded: the model directory, or the .gguf file. */
+  readonly path: string;
+  /** Absolute path of the model directory (for a GGUF file, the directory holding it). */
   readonly dir: string;
-  /** Absolute path of tokenizer.json. */
-  readonly tokenizerPath: string;
+  /** tokenizer.json of the directory, or the one built from the GGUF metadata. */
+  readonly tokenizer: TokenizerSource;
   readonly architectures: readonly string[];
   readonly modelType: string | null;
-  /** config.json vocab_size: rows of the embedding matrix; may exceed the tokenizer's vocabulary. */
+  /** Rows of the embedding matrix (config.json vocab_size, GGUF <arch>.vocab_size); may exceed the tokenizer's vocabulary. */
   readonly vocabSize: number;
   readonly bosToken: string | null;
   readonly bosTokenId: number | null;
   readonly eosToken: string | null;
-  /** Every id that ends generation: generation_config (else config) eos_token_id, then the tokenizer's eos_token. */
+  /**
+   * Every id that ends generation. Hugging Face: generation_config (else config) eos_token_id, then
+   * the tokenizer's eos_token. GGUF: tokenizer.ggml.eos_token_id, then eot_token_id and eom_token_id.
+   */
   readonly eosTokenIds: readonly number[];
   /** Whether encoding a prompt with special tokens starts it with BOS / ends it with EOS. */
   readonly addBosToken: boolean;
   readonly addEosToken: boolean;
-  /** Ids of tokenizer.json added tokens marked special (BOS, EOS, UNK, control tokens), ascending. */
+  /** Ids of the added tokens marked special (BOS, EOS, UNK, control tokens), ascending. */
   readonly specialTokenIds: readonly number[];
   /**
    * Whether tokenizer.json's decoder has a ByteFallback step: then a run of <0xNN> tokens decodes as
@@ -33,8 +52,19 @@ export interface ModelFiles {
   readonly byteFallback: boolean;
   /** The Jinja source of the default chat template, or null when the model has none. */
   readonly chatTemplate: string | null;
+  /** Where chatTemplate comes from (a file, a GGUF key, or STRATA_CHAT_TEMPLATE), or null when there is none. */
+  readonly chatTemplateOrigin: string | null;
   /** Longest sequence (prompt + output, tokens) the model supports, or null when no file says. */
   readonly maxModelLen: number | null;
+  /** The model's own name (GGUF general.name), or null when the files give none. */
+  readonly displayName: string | null;
+  /**
+   * How the weights are stored: GGUF general.file_type as llama.cpp names it ('Q4_1', 'Q8_0', 'F16'),
+   * else the most common type of the 2-D tensors; Hugging Face: config.json's (torch_)dtype.
+   */
+  readonly quantization: string | null;
+  /** GGUF: tensor count per ggml type ({ Q4_1: 210, F32: 61, Q8_0: 1 }); null for Hugging Face. */
+  readonly tensorTypes: Readonly<Record<string, number>> | null;
 }
 
 const tokenId = z.number().int().nonnegative();
@@ -45,6 +75,8 @@ const configSchema = z.looseObject({
   model_type: z.string().optional(),
   vocab_size: z.number().int().positive(),
   max_position_embeddings: z.number().int().positive().optional(),
+  torch_dtype: z.string().nullish(),
+  dtype: z.string().nullish(),
   bos_token_id: tokenId.nullish(),
   eos_token_id: tokenIdOrList.nullish(),
 });
@@ -96,9 +128,53 @@ const sequenceProcessorSchema = z.looseObject({
 
 type TokenizerJson = z.output<typeof tokenizerJsonSchema>;
 
-/** Reads and checks a model directory; throws ModelError 'STRATA_MODEL_FILES' naming the file and field. */
-export async function loadModelFiles(dir: string): Promise<ModelFiles> {
-  const root = path.resolve(dir);
+/**
+ * Reads and checks a model: a Hugging Face directory, a .gguf file, or a directory holding exactly
+ * one .gguf file and no config.json. Throws ModelError 'STRATA_MODEL_FILES' naming the file and field.
+ */
+export async function loadModelFiles(modelPath: string): Promise<ModelFiles> {
+  const target = path.resolve(modelPath);
+  const gguf = await ggufFileOf(target);
+  return gguf === null ? huggingFaceModelFiles(target) : ggufModelFiles(gguf);
+}
+
+/**
+ * The GGUF file `target` stands for: itself when it is a file named *.gguf, else the one .gguf
+ * file of a directory without config.json; null for anything else (read as a Hugging Face directory).
+ */
+export async function ggufFileOf(target: string): Promise<string | null> {
+  const info = await stat(target).catch(() => null);
+  if (info === null) return isGgufName(target) ? target : null;
+  if (info.isFile()) {
+    if (isGgufName(target)) return target;
+    throw new ModelError(
+      'STRATA_MODEL_FILES',
+      `${target} is a file but not a .gguf file; give a .gguf file or a model directory`,
+      { file: target },
+    );
+  }
+  if (!info.isDirectory()) return null;
+  const entries = await readdir(target, { withFileTypes: true });
+  if (entries.some((e) => e.name === 'config.json')) return null;
+  const ggufs = entries
+    .filter((e) => (e.isFile() || e.isSymbolicLink()) && isGgufName(e.name))
+    .map((e) => e.name);
+  if (ggufs.length > 1) {
+    throw new ModelError(
+      'STRATA_MODEL_FILES',
+      `${target} holds ${ggufs.length} .gguf files (${ggufs.sort().join(', ')}) and no config.json; ` +
+        'name the one to serve',
+      { file: target },
+    );
+  }
+  return ggufs.length === 1 ? path.join(target, ggufs[0] as string) : null;
+}
+
+function isGgufName(name: string): boolean {
+  return name.toLowerCase().endsWith('.gguf');
+}
+
+async function huggingFaceModelFiles(root: string): Promise<ModelFiles> {
   const config = await readJson(root, 'config.json', configSchema, true);
   const generation = await readJson(root, 'generation_config.json', generationConfigSchema, false);
   const tokCfg = await readJson(root, 'tokenizer_config.json', tokenizerConfigSchema, true);
@@ -114,9 +190,9 @@ export async function loadModelFiles(dir: string): Promise<ModelFiles> {
   const eosIds = asList(generation?.eos_token_id ?? config.eos_token_id);
   if (eosFromTokenizer !== null && !eosIds.includes(eosFromTokenizer)) eosIds.push(eosFromTokenizer);
 
-  const template = templateEnds(tokJson.post_processor);
-  const addBosToken = tokCfg.add_bos_token ?? (bosTokenId !== null && template.first === bosTokenId);
-  const addEosToken = tokCfg.add_eos_token ?? (eosIds.length > 0 && template.last === eosIds[0]);
+  const ends = templateEnds(tokJson.post_processor);
+  const addBosToken = tokCfg.add_bos_token ?? (bosTokenId !== null && ends.first === bosTokenId);
+  const addEosToken = tokCfg.add_eos_token ?? (eosIds.length > 0 && ends.last === eosIds[0]);
   if (addBosToken && bosTokenId === null) {
     throw filesError(root, 'tokenizer_config.json', 'add_bos_token', 'is true but no BOS token is defined');
   }
@@ -124,9 +200,12 @@ export async function loadModelFiles(dir: string): Promise<ModelFiles> {
     throw filesError(root, 'tokenizer_config.json', 'add_eos_token', 'is true but no EOS token is defined');
   }
 
+  const template = await chatTemplate(root, tokCfg.chat_template);
   return {
+    format: 'huggingface',
+    path: root,
     dir: root,
-    tokenizerPath: path.join(root, 'tokenizer.json'),
+    tokenizer: { kind: 'file', path: path.join(root, 'tokenizer.json') },
     architectures: config.architectures ?? [],
     modelType: config.model_type ?? null,
     vocabSize: config.vocab_size,
@@ -141,8 +220,12 @@ export async function loadModelFiles(dir: string): Promise<ModelFiles> {
       .map((t) => t.id)
       .sort((a, b) => a - b),
     byteFallback: hasDecoder(tokJson.decoder, 'ByteFallback'),
-    chatTemplate: await chatTemplate(root, tokCfg.chat_template),
+    chatTemplate: template?.source ?? null,
+    chatTemplateOrigin: template?.origin ?? null,
     maxModelLen: maxModelLen(config.max_position_embeddings, tokCfg.model_max_length),
+    displayName: null,
+    quantization: config.torch_dtype ?? config.dtype ?? null,
+    tensorTypes: null,
   };
 }
 
@@ -270,11 +353,16 @@ function hasDecoder(decoder: unknown, type: string): boolean {
 async function chatTemplate(
   dir: string,
   field: string | { name: string; template: string }[] | null | undefined,
-): Promise<string | null> {
-  if (typeof field === 'string') return field;
-  if (Array.isArray(field)) return field.find((t) => t.name === 'default')?.template ?? null;
+): Promise<{ source: string; origin: string } | null> {
+  const origin = `${path.join(dir, 'tokenizer_config.json')} chat_template`;
+  if (typeof field === 'string') return { source: field, origin };
+  if (Array.isArray(field)) {
+    const named = field.find((t) => t.name === 'default');
+    return named === undefined ? null : { source: named.template, origin: `${origin} "default"` };
+  }
+  const file = path.join(dir, 'chat_template.jinja');
   try {
-    return await readFile(path.join(dir, 'chat_template.jinja'), 'utf8');
+    return { source: await readFile(file, 'utf8'), origin: file };
   } catch (err) {
     if (isErrno(err, 'ENOENT')) return null;
     throw new ModelError('STRATA_MODEL_FILES', `${path.join(dir, 'chat_template.jinja')} cannot be read`, {

@@ -1,5 +1,6 @@
-// The model's tokenizer: Hugging Face `tokenizers` (tokenizer.json) with BOS/EOS added per the
-// model's configs rather than per whatever post-processor tokenizer.json happens to carry.
+// The model's tokenizer: Hugging Face `tokenizers` (tokenizer.json, or the equivalent built from a
+// GGUF file's metadata) with BOS/EOS added per the model's configs rather than per whatever
+// post-processor tokenizer.json happens to carry.
 //
 // Decoding is synchronous: ids -> token pieces -> tokenizer.json's decoder chain, which is what the
 // binding's own (async, thread-pool) decode does. The detokenizer calls it once or twice per engine
@@ -53,18 +54,24 @@ export class Tokenizer {
     this.specialTokenIds = new Set(files.specialTokenIds);
   }
 
-  /** Loads tokenizer.json and the configs of a Hugging Face model directory. */
-  static async load(dir: string): Promise<Tokenizer> {
-    return Tokenizer.fromModelFiles(await loadModelFiles(dir));
+  /** Loads the tokenizer of a model: a Hugging Face directory or a GGUF file (see loadModelFiles). */
+  static async load(modelPath: string): Promise<Tokenizer> {
+    return Tokenizer.fromModelFiles(await loadModelFiles(modelPath));
   }
 
   static fromModelFiles(files: ModelFiles): Tokenizer {
+    const source = files.tokenizer;
     let hf: HfTokenizer;
     try {
-      hf = tokenizers.Tokenizer.fromFile(files.tokenizerPath);
+      hf =
+        source.kind === 'file'
+          ? tokenizers.Tokenizer.fromFile(source.path)
+          : tokenizers.Tokenizer.fromString(source.json);
     } catch (err) {
-      throw new ModelError('STRATA_MODEL_FILES', `${files.tokenizerPath} cannot be loaded: ${String(err)}`, {
-        file: files.tokenizerPath,
+      const file = source.kind === 'file' ? source.path : source.origin;
+      const what = source.kind === 'file' ? file : `The tokenizer built from ${file}`;
+      throw new ModelError('STRATA_MODEL_FILES', `${what} cannot be loaded: ${String(err)}`, {
+        file,
         cause: err,
       });
     }
