@@ -8,7 +8,7 @@ import { basename, join } from 'node:path';
 import { type NamedUrl, writePrometheusConfig, writeRoutesFile, writeTenantsFile } from './config-files.js';
 import { ManagedService } from './managed.js';
 import { modelDirWithChatTemplate } from './model-dir.js';
-import { defaultModelDir, entryOf } from './platform.js';
+import { entryOf, fastModelDir } from './platform.js';
 import { answers200, freePort, waitUntil } from './ports.js';
 import { PrometheusProcess } from './prometheus.js';
 import { RedisProcess } from './redis.js';
@@ -60,7 +60,7 @@ async function routerReady(routerUrl: string, backend: string): Promise<boolean>
 }
 
 export async function startHarness(options: HarnessOptions = {}): Promise<Harness> {
-  const sourceModel = defaultModelDir();
+  const sourceModel = fastModelDir();
   if (!sourceModel) throw new Error('no model: set STRATA_MODELS_DIR (tinystories-656k) or STRATA_MODEL_DIR');
   const dir = mkdtempSync(join(tmpdir(), 'strata-harness-'));
   const modelName = basename(sourceModel);

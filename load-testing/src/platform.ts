@@ -51,24 +51,39 @@ export function entryOf(name: ServiceName): string {
   return join(dirname(require.resolve(`@strata/${name}`)), 'main.js');
 }
 
-/** The small model the local platform serves by default (tinystories-656k). */
-export const DEFAULT_MODEL = 'tinystories-656k';
+/** The model the local platform serves by default: SmolLM2-135M-Instruct, Q4_1 GGUF. */
+export const DEFAULT_MODEL_FILE = 'SmolLM2-135M-Instruct.Q4_1.gguf';
+/** The small test model served when the default model was not fetched. */
+export const FALLBACK_MODEL = 'tinystories-656k';
 
 /**
- * The backend's model: STRATA_MODEL_DIR, else DEFAULT_MODEL in STRATA_MODELS_DIR, else in
- * ../shared/models beside the repository; undefined when none exists (the backend then
- * runs, not ready, and says so).
+ * The backend's model: STRATA_MODEL_DIR; else the default model that `scripts/strata setup`
+ * fetched into .toolchain/models (STRATA_SMOLLM2_GGUF names it too); else the fast model
+ * (fastModelDir); undefined when none exists (the backend then runs, not ready, and says so).
  */
 export function defaultModelDir(env: NodeJS.ProcessEnv = process.env): string | undefined {
   if (env.STRATA_MODEL_DIR) return env.STRATA_MODEL_DIR;
-  const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-  const candidates = [env.STRATA_MODELS_DIR, join(repo, '..', 'shared', 'models')].filter(
+  const fetched = [env.STRATA_SMOLLM2_GGUF, join(repoRoot, '.toolchain', 'models', DEFAULT_MODEL_FILE)].find(
+    (file): file is string => file !== undefined && file !== '' && existsSync(file),
+  );
+  return fetched ?? fastModelDir(env);
+}
+
+/**
+ * The small model load tests run on: STRATA_MODEL_DIR, else FALLBACK_MODEL in STRATA_MODELS_DIR
+ * or in ../shared/models beside the repository; undefined when none exists.
+ */
+export function fastModelDir(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  if (env.STRATA_MODEL_DIR) return env.STRATA_MODEL_DIR;
+  const candidates = [env.STRATA_MODELS_DIR, join(repoRoot, '..', 'shared', 'models')].filter(
     (dir): dir is string => dir !== undefined && dir !== '',
   );
   return candidates
-    .map((dir) => join(dir, DEFAULT_MODEL))
+    .map((dir) => join(dir, FALLBACK_MODEL))
     .find((dir) => existsSync(join(dir, 'config.json')));
 }
+
+const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
 function startService(name: ServiceName, port: number, options: StartOptions): Promise<SpawnedService> {
   const model =
