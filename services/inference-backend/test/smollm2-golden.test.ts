@@ -66,8 +66,13 @@ describe.skipIf(!smol.path)(`SmolLM2 Q4_1 greedy tokens follow llama.cpp's${smol
     const ids: number[] = [];
     const tops: { token: number; logprob: number }[][] = [];
     let finish: string | undefined;
-    // As many tokens as llama.cpp made; its end-of-turn token, when it stopped at one, included.
-    const params = { temperature: 0, maxTokens: c.output_ids.length, logprobs: 3 };
+    // As many tokens as llama.cpp made, and one more where it stopped at an end-of-turn token
+    // (not in output_ids): that one must end the request.
+    const params = {
+      temperature: 0,
+      maxTokens: c.output_ids.length + (c.stopped_at_eog ? 1 : 0),
+      logprobs: 3,
+    };
     for await (const event of engine.generate(c.prompt_ids, params)) {
       if (event.token !== undefined) {
         ids.push(event.token);
@@ -81,7 +86,7 @@ describe.skipIf(!smol.path)(`SmolLM2 Q4_1 greedy tokens follow llama.cpp's${smol
   /** Tokens that agree; throws (fails) unless full or parted at a near tie. */
   const agreement = (c: GoldenCase, r: Awaited<ReturnType<typeof run>>): number => {
     let same = 0;
-    while (same < r.ids.length && r.ids[same] === c.output_ids[same]) same++;
+    while (same < c.output_ids.length && r.ids[same] === c.output_ids[same]) same++;
     if (same === c.output_ids.length) return same;
     const top = r.tops[same] ?? [];
     const theirs = top.find((t) => t.token === c.output_ids[same]);
@@ -100,6 +105,7 @@ describe.skipIf(!smol.path)(`SmolLM2 Q4_1 greedy tokens follow llama.cpp's${smol
       if (agreement(c, r) === c.output_ids.length) {
         full++;
         expect(r.finish).toBe(c.stopped_at_eog ? 'stop' : 'length');
+        expect(r.ids).toHaveLength(c.output_ids.length + (c.stopped_at_eog ? 1 : 0));
       }
     }
     expect(full).toBeGreaterThanOrEqual(FULL_MATCHES);

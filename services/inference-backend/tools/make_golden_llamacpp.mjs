@@ -11,7 +11,7 @@
 // are tokenized by llama.cpp as plain text. Settings chosen to match the engine's numerics:
 // K and V cache in F32 (the engine keeps an fp32 KV cache; llama.cpp's default is F16),
 // flash attention off, one sequence, greedy; generation stops at llama.cpp's end-of-generation
-// tokens or after 48 tokens.
+// tokens (not listed in output_ids; stopped_at_eog says so) or after 48 tokens.
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
@@ -93,16 +93,12 @@ async function greedy(text) {
   const promptIds = model.tokenize(text, true);
   const sequence = context.getSequence();
   const ids = [];
-  let stoppedAtEog = false;
+  // node-llama-cpp's evaluate() ends by itself at an end-of-generation token, without yielding it.
   for await (const token of sequence.evaluate(promptIds, { temperature: 0 })) {
-    if (model.isEogToken(token)) {
-      stoppedAtEog = true;
-      ids.push(token);
-      break;
-    }
     ids.push(token);
     if (ids.length >= maxTokens) break;
   }
+  const stoppedAtEog = ids.length < maxTokens;
   sequence.dispose();
   return {
     prompt_ids: promptIds,

@@ -24,7 +24,11 @@ export async function startBackend(
   const config = loadConfig({
     schema: configSchema,
     envMap: configEnv,
-    env: { STRATA_MODEL_DIR: modelPath('tinystories-656k'), STRATA_KV_CACHE_BLOCKS: '512', ...env },
+    env: {
+      ...(env.STRATA_MODEL_DIR === undefined ? { STRATA_MODEL_DIR: modelPath('tinystories-656k') } : {}),
+      STRATA_KV_CACHE_BLOCKS: '512',
+      ...env,
+    },
   });
   const logger = createLogger({ service: 'inference-backend', level: 'silent' });
   const metrics = createMetrics('inference-backend');
