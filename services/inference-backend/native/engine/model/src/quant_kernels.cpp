@@ -106,12 +106,31 @@ const QuantKernels& portable_quant_kernels() {
 }
 
 const QuantKernels& quant_kernels() {
+  const std::string_view forced = std::getenv("STRATA_CPU_KERNELS") ? std::getenv("STRATA_CPU_KERNELS") : "";
+  if (forced == "portable") return portable_quant_kernels();
 #if defined(STRATA_HAVE_AVX2_KERNELS)
-  static const bool use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                               std::string_view(std::getenv("STRATA_CPU_KERNELS") ? std::getenv("STRATA_CPU_KERNELS") : "") != "portable";
-  if (use_avx2) return avx2_quant_kernels();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#if defined(STRATA_HAVE_AVX512VNNI_KERNELS)
+  if (avx2 && forced != "avx2" && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
+    return avx512vnni_quant_kernels();
+  }
+#endif
+  if (avx2) return avx2_quant_kernels();
 #endif
   return portable_quant_kernels();
+}
+
+std::vector<const QuantKernels*> runnable_quant_kernels() {
+  std::vector<const QuantKernels*> out = {&portable_quant_kernels()};
+#if defined(STRATA_HAVE_AVX2_KERNELS)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    out.push_back(&avx2_quant_kernels());
+#if defined(STRATA_HAVE_AVX512VNNI_KERNELS)
+    if (__builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) out.push_back(&avx512vnni_quant_kernels());
+#endif
+  }
+#endif
+  return out;
 }
 
 void parallel_quant_gemm(ThreadPool& pool, const QuantKernels& kernels, const QuantGemmArgs& args, QuantScratch& scratch) {

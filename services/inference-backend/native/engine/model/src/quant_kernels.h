@@ -48,7 +48,7 @@ struct QuantGemmArgs {
 inline bool uses_q8_1(QuantType type) { return type == QuantType::Q4_1; }
 
 struct QuantKernels {
-  const char* isa;  // "avx2+fma" or "portable"
+  const char* isa;  // "avx512vnni", "avx2+fma" or "portable"
   // Quantizes rows [row_begin, row_end) of a (k a multiple of 32) into acts + row * (k / 32).
   void (*quantize)(const float* a, int64_t lda, int64_t k, bool q8_1, int64_t row_begin, int64_t row_end, ActBlock* acts);
   // Output rows (weight rows) [n_begin, n_end) of every activation row.
@@ -59,8 +59,15 @@ const QuantKernels& portable_quant_kernels();
 #if defined(STRATA_HAVE_AVX2_KERNELS)
 const QuantKernels& avx2_quant_kernels();
 #endif
-// The best this CPU runs (STRATA_CPU_KERNELS=portable forces the portable ones).
+#if defined(STRATA_HAVE_AVX512VNNI_KERNELS)
+const QuantKernels& avx512vnni_quant_kernels();
+#endif
+// The best this CPU runs: AVX-512 VNNI, AVX2 or portable (STRATA_CPU_KERNELS=portable or avx2
+// forces the portable or AVX2 ones).
 const QuantKernels& quant_kernels();
+
+// Every kernel set this build has and this CPU runs, portable first (for tests and benchmarks).
+std::vector<const QuantKernels*> runnable_quant_kernels();
 
 // Reusable buffer for one GEMM's quantized activations; one per backend (GEMMs run one at a time).
 struct QuantScratch {

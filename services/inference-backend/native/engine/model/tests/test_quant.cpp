@@ -63,10 +63,14 @@ std::vector<float> gemm(const QuantKernels& kernels, int threads, const QuantMat
 }
 
 std::vector<const QuantKernels*> all_kernels() {
-  std::vector<const QuantKernels*> out = {&portable_quant_kernels()};
-#if defined(STRATA_HAVE_AVX2_KERNELS)
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) out.push_back(&avx2_quant_kernels());
-#endif
+  static bool told = false;
+  std::vector<const QuantKernels*> out = runnable_quant_kernels();
+  if (!told) {
+    std::printf("  kernels under test:");
+    for (const QuantKernels* k : out) std::printf(" %s", k->isa);
+    std::printf("\n");
+    told = true;
+  }
   return out;
 }
 
