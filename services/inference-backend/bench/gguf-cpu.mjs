@@ -229,7 +229,7 @@ for (let r = 0; r < repeats; r++) {
     for (const side of order) {
       const started = performance.now();
       const res = side === 'strata' ? runStrata(t) : await runLlama(t);
-      (results[side][t] ??= []).push(res);
+      results[side][t] = [...(results[side][t] ?? []), res];
       console.error(
         `[bench] repeat ${r + 1}/${repeats}, ${t} thread(s), ${side}: ${((performance.now() - started) / 1e3).toFixed(1)} s`,
       );
