@@ -1,0 +1,912 @@
+// Weight-only quantized GEMM (cuda_quant.h): y = x · Wᵀ with W in GGUF's Q4_0 / Q4_1 / Q8_0
+// blocks (repacked at load into the GPU layout documented in cuda_quant.h), x and y in bf16 or
+// fp16, fp32 accumulation, dequantization in registers.
+//
+// Both kernels use the tensor cores the same way ("swapped" operands: weights are the 16-row A
+// operand, tokens the 8-column B operand of mma.sync m16n8k16):
+//   - lane (g, t) = (lane / 4, lane % 4) of a warp holds, for a 16-row tile and one block, the
+//     values 8t..8t+7 of rows g and g + 8 (that is the layout's "lane t"), and the same eight
+//     values of x for token g;
+//   - a block is two mma steps: step h takes values 8t+4h..8t+4h+3 as the k-slots 2t, 2t+1,
+//     2t+8, 2t+9 of A (weights) and B (x), so every k-slot pairs a weight with its own x;
+//   - the weights enter the mma as integers (q - 8, q, or the int8 q), exact in bf16 and fp16,
+//     so each block's 32 products are exact and summed in fp32; the block's fp16 scale d
+//     multiplies that sum in fp32 (and Q4_1's min m multiplies the block's sum of x, which one
+//     more mma with an all-ones A gives in the accumulator layout).
+// A nibble or byte becomes a packed fp16/bf16 integer with the magic-number trick: OR-ing the
+// integer into the mantissa of 1024.0 (fp16) or 128.0 (bf16), or of 2^23 for fp32 (Q8 in bf16,
+// whose 8-bit mantissa cannot hold a byte), then one subtraction, all exact.
+//
+// Decode (quant_gemv_kernel, m <= 16): each warp streams TM 16-row tiles with 16-byte loads
+// (512 contiguous bytes per warp instruction, not allocated in L1) and multiplies every chunk
+// by all m tokens at once (x read from L1); the block's warps split k, then add their sums
+// through shared memory. The next chunk's weights are loaded before the current one is
+// multiplied.
+// Prefill (quant_tiled_kernel): 8 warps, 128 weight rows x 64 tokens a block; x chunks
+// (64 tokens x 128 values) double-buffered in shared memory with cp.async, weights loaded by
+// each warp straight into registers (a warp pair shares them through L1). When that grid
+// leaves SMs idle, k is split across blocks into an fp32 workspace and a second kernel adds the
+// partial sums in a fixed order.
+//
+// The CPU emulation (emu.h) has no mma.sync, cp.async or PTX loads: under STRATA_CUDA_EMULATION
+// those few primitives are replaced below by C++ with the same effect (the mma by a
+// gather of the warp's fragments and the PTX ISA's register layout); everything else is the
+// code nvcc compiles.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "device_common.cuh"
+#include "strata/cuda_quant.h"
+
+namespace strata::cuda {
+
+namespace {
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw CudaError(what);
+}
+
+constexpr int kBlockValues = 32;
+constexpr int kChunkValues = kQuantChunkBlocks * kBlockValues;  // 128
+
+// Bytes a lane owns of one row of one block: 8 values, 4 bits or 8 bits each.
+__host__ __device__ constexpr int lane_bytes(QuantType q) { return q == QuantType::Q8_0 ? 8 : 4; }
+
+// ---- primitives (PTX on the GPU; C++ of the same effect in the emulation) --------------------
+
+// 16 bytes of weights through the read-only path. kStream: read once per kernel (the GEMV), so
+// not kept in L1, which holds x; otherwise kept (the tiled kernel's two warps on the same rows).
+template <bool kStream>
+__device__ __forceinline__ uint4 load_weights16(const void* p) {
+#ifdef STRATA_CUDA_EMULATION
+  return *static_cast<const uint4*>(p);
+#else
+  uint4 v;
+  if constexpr (kStream) {
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+  } else {
+    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  }
+  return v;
+#endif
+}
+
+// Bytes of {b, a} selected by the four nibbles of sel (__byte_perm without its sign modes).
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+#ifdef STRATA_CUDA_EMULATION
+  const uint64_t bytes = uint64_t{b} << 32 | a;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= uint32_t(bytes >> (8 * ((sel >> (4 * i)) & 7)) & 0xffu) << (8 * i);
+  return r;
+#else
+  return __byte_perm(a, b, sel);
+#endif
+}
+
+#ifdef STRATA_CUDA_EMULATION
+template <typename T>
+inline float half_bits_to_float(uint32_t bits) {
+  if constexpr (std::is_same_v<T, __half>) return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  else return __uint_as_float(bits << 16);
+}
+template <typename T>
+inline uint32_t float_to_half_bits(float v) {
+  if constexpr (std::is_same_v<T, __half>) return __half_as_ushort(__float2half_rn(v));
+  else return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+#endif
+
+// a * b + c on two packed fp16 or bf16 values, rounded to nearest (every use here is exact).
+template <typename T>
+__device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
+#ifdef STRATA_CUDA_EMULATION
+  uint32_t r = 0;
+  for (int h = 0; h < 2; ++h) {
+    const float v = half_bits_to_float<T>(a >> (16 * h) & 0xffffu) * half_bits_to_float<T>(b >> (16 * h) & 0xffffu) +
+                    half_bits_to_float<T>(c >> (16 * h) & 0xffffu);
+    r |= float_to_half_bits<T>(v) << (16 * h);
+  }
+  return r;
+#else
+  uint32_t d;
+  if constexpr (std::is_same_v<T, __half>) {
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  } else {
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  }
+  return d;
+#endif
+}
+
+// Two floats as packed bf16 (lo in the low half), rounded to nearest.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+#ifdef STRATA_CUDA_EMULATION
+  return float_to_half_bits<__nv_bfloat16>(lo) | float_to_half_bits<__nv_bfloat16>(hi) << 16;
+#else
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+#endif
+}
+
+// d = A · B + c, one mma.sync.m16n8k16 with fp32 accumulators. Fragments as the PTX ISA lays
+// them out for lane = 4g + t: a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1],
+// a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8, 2t+9]; b[0] = B[2t, 2t+1][g],
+// b[1] = B[2t+8, 2t+9][g]; c[0..1] = C[g][2t, 2t+1], c[2..3] = C[g+8][2t, 2t+1]. Every lane of
+// the warp must make the call.
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                         const float (&c)[4]) {
+#ifdef STRATA_CUDA_EMULATION
+  uint64_t a01[32], a23[32], bs[32];
+  ::strata::emu::gather(uint64_t{a[0]} | uint64_t{a[1]} << 32, a01);
+  ::strata::emu::gather(uint64_t{a[2]} | uint64_t{a[3]} << 32, a23);
+  ::strata::emu::gather(uint64_t{b0} | uint64_t{b1} << 32, bs);
+  const int lane = ::strata::emu::lane_id(), g = lane / 4, t = lane % 4;
+  // A[r][k]: register (r >= 8) + 2 (k >= 8) of lane 4 (r % 8) + (k % 8) / 2, half k % 2.
+  auto a_at = [&](int r, int k) {
+    const uint64_t both = k >= 8 ? a23[4 * (r % 8) + (k % 8) / 2] : a01[4 * (r % 8) + (k % 8) / 2];
+    const uint32_t reg = uint32_t(both >> (r >= 8 ? 32 : 0));
+    return half_bits_to_float<T>(reg >> (16 * (k % 2)) & 0xffffu);
+  };
+  // B[k][n]: register (k >= 8) of lane 4n + (k % 8) / 2, half k % 2.
+  auto b_at = [&](int k, int n) {
+    const uint32_t reg = uint32_t(bs[4 * n + (k % 8) / 2] >> (k >= 8 ? 32 : 0));
+    return half_bits_to_float<T>(reg >> (16 * (k % 2)) & 0xffffu);
+  };
+  float out[4];
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      float acc = c[2 * i + j];
+      for (int k = 0; k < 16; ++k) acc += a_at(g + 8 * i, k) * b_at(k, 2 * t + j);  // products exact in fp32
+      out[2 * i + j] = acc;
+    }
+  }
+  for (int e = 0; e < 4; ++e) d[e] = out[e];
+#else
+  if constexpr (std::is_same_v<T, __half>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%10, %11, %12, %13};"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%10, %11, %12, %13};"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+  }
+#endif
+}
+
+// 16 bytes global -> shared, asynchronously; zeros when !valid (src is then not read).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+#ifdef STRATA_CUDA_EMULATION
+  if (valid) std::memcpy(smem, gmem, 16);
+  else std::memset(smem, 0, 16);
+#else
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#ifndef STRATA_CUDA_EMULATION
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+// Waits until at most `pending` of this thread's committed groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void cp_async_wait() {
+#ifndef STRATA_CUDA_EMULATION
+  asm volatile("cp.async.wait_group %0;" ::"n"(pending) : "memory");
+#endif
+}
+
+// ---- dequantization -------------------------------------------------------------------------
+
+template <typename T>
+struct Magic;
+template <>
+struct Magic<__half> {
+  static constexpr uint32_t kBase = 0x64006400u;  // 1024.0: a nibble ORed in is 1024 + q
+  static constexpr uint32_t kOne = 0x3C003C00u;
+  static constexpr uint32_t kMinus1032 = 0xE408E408u;  // Q4_0: 1024 + q - 1032 = q - 8
+  static constexpr uint32_t kMinus1024 = 0xE400E400u;  // Q4_1: q
+  static constexpr uint32_t kMinus1152 = 0xE480E480u;  // Q8_0: 1024 + (q ^ 0x80) - 1152 = q
+};
+template <>
+struct Magic<__nv_bfloat16> {
+  static constexpr uint32_t kBase = 0x43004300u;  // 128.0: a nibble ORed in is 128 + q
+  static constexpr uint32_t kOne = 0x3F803F80u;
+  static constexpr uint32_t kMinus136 = 0xC308C308u;  // Q4_0
+  static constexpr uint32_t kMinus128 = 0xC300C300u;  // Q4_1
+};
+
+// A lane's 8 values of one row of one block (w0; Q8 also w1) as four packed pairs of the
+// integers the mma takes: p[s] = values (2s, 2s + 1) of the lane's eight.
+template <QuantType Q, typename T>
+__device__ __forceinline__ void dequant_pairs(uint32_t w0, uint32_t w1, uint32_t (&p)[4]) {
+  if constexpr (Q == QuantType::Q8_0) {
+    const uint32_t u0 = w0 ^ 0x80808080u, u1 = w1 ^ 0x80808080u;  // q + 128, unsigned
+    if constexpr (std::is_same_v<T, __half>) {
+      p[0] = fma2<T>(prmt(u0, 0x64646464u, 0x4140), Magic<T>::kOne, Magic<T>::kMinus1152);
+      p[1] = fma2<T>(prmt(u0, 0x64646464u, 0x4342), Magic<T>::kOne, Magic<T>::kMinus1152);
+      p[2] = fma2<T>(prmt(u1, 0x64646464u, 0x4140), Magic<T>::kOne, Magic<T>::kMinus1152);
+      p[3] = fma2<T>(prmt(u1, 0x64646464u, 0x4342), Magic<T>::kOne, Magic<T>::kMinus1152);
+    } else {
+      // 2^23 + (q + 128) as fp32, minus 2^23 + 128: q exactly; then two floats to bf16.
+      float f[8];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        f[i] = __uint_as_float(prmt(u0, 0x4B000000u, 0x7440 | i)) - 8388736.0f;
+        f[4 + i] = __uint_as_float(prmt(u1, 0x4B000000u, 0x7440 | i)) - 8388736.0f;
+      }
+#pragma unroll
+      for (int s = 0; s < 4; ++s) p[s] = pack_bf16x2(f[2 * s], f[2 * s + 1]);
+    }
+  } else {
+    (void)w1;
+    uint32_t bias;
+    if constexpr (std::is_same_v<T, __half>) {
+      bias = Q == QuantType::Q4_0 ? Magic<T>::kMinus1032 : Magic<T>::kMinus1024;
+    } else {
+      bias = Q == QuantType::Q4_0 ? Magic<T>::kMinus136 : Magic<T>::kMinus128;
+    }
+#pragma unroll
+    for (int s = 0; s < 4; ++s) p[s] = fma2<T>(((w0 >> (4 * s)) & 0x000F000Fu) | Magic<T>::kBase, Magic<T>::kOne, bias);
+  }
+}
+
+__device__ __forceinline__ float low_half_float(uint32_t w) { return __half2float(__ushort_as_half(w & 0xffffu)); }
+__device__ __forceinline__ float high_half_float(uint32_t w) { return __half2float(__ushort_as_half(w >> 16)); }
+
+// ---- kernels --------------------------------------------------------------------------------
+
+template <typename T>
+struct Params {
+  const T* x;
+  int64_t x_stride;
+  const uint8_t* q;     // quants plane
+  const uint32_t* d;    // scales plane, as pairs (row g, row g + 8)
+  const uint32_t* mn;   // Q4_1 mins plane, or null
+  T* y;
+  int64_t y_stride;
+  const T* bias;
+  float* partial;       // tiled split-K: (splits, m, n) fp32 partial sums; null: no split
+  int32_t m, n;
+  int32_t nb;           // blocks per row (k / 32)
+  int32_t chunks;       // chunks per row
+  int32_t tiles;        // 16-row tiles
+  int32_t chunks_per_split;
+  bool accumulate;
+};
+
+// y[tok, row] = v (+ bias[row]) (+ y[tok, row]), rounded once.
+template <typename T>
+__device__ __forceinline__ void store_out(const Params<T>& p, int32_t tok, int32_t row, float v) {
+  T* at = p.y + int64_t{tok} * p.y_stride + row;
+  if (p.bias != nullptr) v += to_float(p.bias[row]);
+  if (p.accumulate) v += to_float(*at);
+  *at = from_float<T>(v);
+}
+
+// One chunk (up to 4 blocks) of one 16-row tile, as lane (g, t) holds it: rows g and g + 8.
+template <QuantType Q>
+struct Chunk {
+  static constexpr int kWords = lane_bytes(Q) / 4;  // uint32 per (row, block)
+  uint32_t q[2][kQuantChunkBlocks * kWords];
+  uint32_t d[kQuantChunkBlocks];   // (row g, row g + 8) fp16 scales
+  uint32_t mn[kQuantChunkBlocks];  // Q4_1 mins
+};
+
+// Tile `tile`, chunk c of cb blocks. Full chunks take one (Q4) or two (Q8) 16-byte loads per row
+// and one (Q4_1: two) for the scales; the last chunk of a row whose block count is not a multiple
+// of 4 is read block by block.
+template <QuantType Q, bool kStream, typename T>
+__device__ __forceinline__ void load_chunk(const Params<T>& p, int32_t tile, int32_t c, int g, int t, Chunk<Q>& r) {
+  constexpr int kLane = lane_bytes(Q), kWords = kLane / 4;
+  const int cb = min(kQuantChunkBlocks, p.nb - kQuantChunkBlocks * c);
+  const uint8_t* cq = p.q + int64_t{tile} * 64 * p.nb * kLane + int64_t{c} * 256 * kLane;
+  const int64_t dword = int64_t{tile} * 8 * p.nb + int64_t{c} * 32;
+  if (cb == kQuantChunkBlocks) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = g + 8 * h;
+      if constexpr (kWords == 1) {
+        const uint4 v = load_weights16<kStream>(cq + (row * 4 + t) * 16);
+        r.q[h][0] = v.x, r.q[h][1] = v.y, r.q[h][2] = v.z, r.q[h][3] = v.w;
+      } else {
+#pragma unroll
+        for (int hv = 0; hv < 2; ++hv) {
+          const uint4 v = load_weights16<kStream>(cq + ((hv * 16 + row) * 4 + t) * 16);
+          r.q[h][4 * hv] = v.x, r.q[h][4 * hv + 1] = v.y, r.q[h][4 * hv + 2] = v.z, r.q[h][4 * hv + 3] = v.w;
+        }
+      }
+    }
+    const uint4 dv = load_weights16<kStream>(p.d + dword + g * 4);
+    r.d[0] = dv.x, r.d[1] = dv.y, r.d[2] = dv.z, r.d[3] = dv.w;
+    if constexpr (Q == QuantType::Q4_1) {
+      const uint4 mv = load_weights16<kStream>(p.mn + dword + g * 4);
+      r.mn[0] = mv.x, r.mn[1] = mv.y, r.mn[2] = mv.z, r.mn[3] = mv.w;
+    }
+  } else {
+#pragma unroll
+    for (int bi = 0; bi < kQuantChunkBlocks; ++bi) {
+      if (bi >= cb) break;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t* src = reinterpret_cast<const uint32_t*>(cq + (((g + 8 * h) * 4 + t) * cb + bi) * kLane);
+#pragma unroll
+        for (int w = 0; w < kWords; ++w) r.q[h][bi * kWords + w] = src[w];
+      }
+      r.d[bi] = p.d[dword + g * cb + bi];
+      if constexpr (Q == QuantType::Q4_1) r.mn[bi] = p.mn[dword + g * cb + bi];
+    }
+  }
+}
+
+// The A fragments (two mma steps) of block bi of a chunk.
+template <QuantType Q, typename T>
+__device__ __forceinline__ void weight_fragments(const Chunk<Q>& r, int bi, uint32_t (&a0)[4], uint32_t (&a1)[4]) {
+  constexpr int kWords = Chunk<Q>::kWords;
+  uint32_t lo[4], hi[4];  // rows g and g + 8
+  dequant_pairs<Q, T>(r.q[0][bi * kWords], r.q[0][bi * kWords + kWords - 1], lo);
+  dequant_pairs<Q, T>(r.q[1][bi * kWords], r.q[1][bi * kWords + kWords - 1], hi);
+  a0[0] = lo[0], a0[1] = hi[0], a0[2] = lo[1], a0[3] = hi[1];
+  a1[0] = lo[2], a1[1] = hi[2], a1[2] = lo[3], a1[3] = hi[3];
+}
+
+// acc += one block's contribution for one (row tile, token tile): the two mma steps from zero,
+// then the fp32 scale (and Q4_1's min times the tokens' sums of x in xsum).
+template <QuantType Q, typename T>
+__device__ __forceinline__ void block_product(float (&acc)[4], const uint32_t (&a0)[4], const uint32_t (&a1)[4],
+                                              const uint32_t (&b)[4], uint32_t d, uint32_t mn,
+                                              const float (&xsum)[4]) {
+  float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  mma16816<T>(s, a0, b[0], b[1], s);
+  mma16816<T>(s, a1, b[2], b[3], s);
+  const float d_lo = low_half_float(d), d_hi = high_half_float(d);
+  acc[0] += d_lo * s[0];
+  acc[1] += d_lo * s[1];
+  acc[2] += d_hi * s[2];
+  acc[3] += d_hi * s[3];
+  if constexpr (Q == QuantType::Q4_1) {
+    const float m_lo = low_half_float(mn), m_hi = high_half_float(mn);
+    acc[0] += m_lo * xsum[0];
+    acc[1] += m_lo * xsum[1];
+    acc[2] += m_hi * xsum[2];
+    acc[3] += m_hi * xsum[3];
+  } else {
+    (void)mn;
+    (void)xsum;
+  }
+}
+
+// The sums of one block's x for the token columns of the accumulator layout (Q4_1's min term):
+// an all-ones A times the same B fragments.
+template <typename T>
+__device__ __forceinline__ void block_x_sums(const uint32_t (&b)[4], float (&xsum)[4]) {
+  const uint32_t ones[4] = {Magic<T>::kOne, Magic<T>::kOne, Magic<T>::kOne, Magic<T>::kOne};
+  const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  mma16816<T>(xsum, ones, b[0], b[1], zero);
+  mma16816<T>(xsum, ones, b[2], b[3], xsum);
+}
+
+// Decode. Grid: one block per TM consecutive 16-row tiles; blockDim.x / 32 warps split the row's
+// chunks (warp w takes chunks w, w + warps, ...). Token tile j covers tokens 8j..8j+7 (TN = 1:
+// m <= 8; TN = 2: m <= 16). Dynamic shared memory: warps * TM * TN * 4 * 32 floats.
+// At most 16 warps a block; 8 with two tiles a warp (chosen only when the grid already gives
+// every SM two blocks), which leaves those variants up to 255 registers.
+constexpr int kGemvMaxWarps = 16;
+constexpr int gemv_max_warps(int tm) { return tm == 2 ? 8 : kGemvMaxWarps; }
+
+template <QuantType Q, typename T, int TM, int TN>
+__global__ void __launch_bounds__(gemv_max_warps(TM) * 32) quant_gemv_kernel(const Params<T> p) {
+  extern __shared__ float4 gemv_smem[];
+  float* red = reinterpret_cast<float*>(gemv_smem);
+  constexpr int E = TM * TN * 4;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int32_t tile0 = blockIdx.x * TM;
+
+  float acc[TM][TN][4];
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+  const T* xrow[TN];  // this lane's token of each token tile (values 8t..8t+7 of a block), or null
+#pragma unroll
+  for (int j = 0; j < TN; ++j) {
+    const int32_t tok = 8 * j + g;
+    xrow[j] = tok < p.m ? p.x + int64_t{tok} * p.x_stride + 8 * t : nullptr;
+  }
+
+  int32_t c = warp;
+  if (c < p.chunks) {
+    Chunk<Q> cur[TM];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+      if (tile0 + i < p.tiles) load_chunk<Q, true>(p, tile0 + i, c, g, t, cur[i]);
+    for (; c < p.chunks; c += warps) {
+      // The next chunk's weights are in flight while this one is multiplied.
+      Chunk<Q> next[TM];
+      const int32_t cn = c + warps;
+      if (cn < p.chunks) {
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+          if (tile0 + i < p.tiles) load_chunk<Q, true>(p, tile0 + i, cn, g, t, next[i]);
+      }
+      const int cb = min(kQuantChunkBlocks, p.nb - kQuantChunkBlocks * c);
+#pragma unroll
+      for (int bi = 0; bi < kQuantChunkBlocks; ++bi) {
+        if (bi >= cb) break;
+        const int64_t k0 = int64_t{kQuantChunkBlocks * c + bi} * kBlockValues;
+        uint32_t b[TN][4];
+        float xsum[TN][4];
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+          uint4 v = make_uint4(0, 0, 0, 0);
+          if (xrow[j] != nullptr) v = *reinterpret_cast<const uint4*>(xrow[j] + k0);
+          b[j][0] = v.x, b[j][1] = v.y, b[j][2] = v.z, b[j][3] = v.w;
+          if constexpr (Q == QuantType::Q4_1) block_x_sums<T>(b[j], xsum[j]);
+        }
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+          if (tile0 + i >= p.tiles) continue;  // the warp's whole tile is past the matrix
+          uint32_t a0[4], a1[4];
+          weight_fragments<Q, T>(cur[i], bi, a0, a1);
+#pragma unroll
+          for (int j = 0; j < TN; ++j)
+            block_product<Q, T>(acc[i][j], a0, a1, b[j], cur[i].d[bi], cur[i].mn[bi], xsum[j]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < TM; ++i) cur[i] = next[i];
+    }
+  }
+
+  // The warps' partial sums, added in warp order (deterministic), then the epilogue.
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) red[(warp * E + (i * TN + j) * 4 + e) * 32 + lane] = acc[i][j][e];
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < E * 32; idx += blockDim.x) {
+    const int e = idx / 32, L = idx % 32;
+    float v = 0.0f;
+    for (int w = 0; w < warps; ++w) v += red[(w * E + e) * 32 + L];
+    const int i = e / (TN * 4), j = (e / 4) % TN, ce = e % 4;
+    const int32_t row = (tile0 + i) * kQuantTileRows + L / 4 + (ce >= 2 ? 8 : 0);
+    const int32_t tok = 8 * j + 2 * (L % 4) + (ce & 1);
+    if (row < p.n && tok < p.m) store_out(p, tok, row, v);
+  }
+}
+
+// Prefill. Grid (row blocks of 128, token blocks of 64, k splits); 8 warps, warp (wr, wt) =
+// (warp % 4, warp / 4) owns row tiles 2 wr, 2 wr + 1 of the block and tokens 32 wt..32 wt+31.
+constexpr int kTiledWarpRows = 4, kTiledWarpToks = 2;
+constexpr int kTiledTM = 2, kTiledTN = 4;
+constexpr int kTiledThreads = 32 * kTiledWarpRows * kTiledWarpToks;
+constexpr int kTiledTiles = kTiledTM * kTiledWarpRows;                  // 16-row tiles per block (128 rows)
+constexpr int kTiledToks = 8 * kTiledTN * kTiledWarpToks;               // 64 tokens per block
+// x rows in shared memory: 128 values plus 32 of padding (320 bytes), so the 16-byte reads of a
+// quarter warp (two tokens x 4 lanes) hit 32 different banks.
+constexpr int kXsStride = kChunkValues + 32;
+template <typename T>
+constexpr size_t tiled_shared_bytes() {
+  return 2 * size_t{kTiledToks} * kXsStride * sizeof(T);
+}
+
+template <QuantType Q, typename T>
+__global__ void __launch_bounds__(kTiledThreads) quant_tiled_kernel(const Params<T> p) {
+  extern __shared__ float4 tiled_smem[];
+  T* xs = reinterpret_cast<T*>(tiled_smem);  // [2 stages][64 tokens][kXsStride]
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int wr = warp % kTiledWarpRows, wt = warp / kTiledWarpRows;
+  const int32_t tile0 = blockIdx.x * kTiledTiles + wr * kTiledTM;
+  const int32_t tok0 = blockIdx.y * kTiledToks;
+  const int32_t c_begin = blockIdx.z * p.chunks_per_split;
+  const int32_t c_end = min(p.chunks, c_begin + p.chunks_per_split);
+  const bool active = tile0 < p.tiles;  // warp-uniform: some of the warp's rows exist
+
+  // x[tok0 .. tok0 + 63, chunk c] into stage s: 16-byte pieces, zeros past the last token.
+  auto stage_x = [&](int32_t c, int s) {
+    const int cb = min(kQuantChunkBlocks, p.nb - kQuantChunkBlocks * c);
+    for (int piece = threadIdx.x; piece < kTiledToks * 16; piece += kTiledThreads) {
+      const int r = piece / 16, pc = piece % 16;
+      if (pc >= cb * 4) continue;
+      const int32_t tok = tok0 + r;
+      const bool valid = tok < p.m;
+      const T* src = valid ? p.x + int64_t{tok} * p.x_stride + int64_t{c} * kChunkValues + pc * 8 : p.x;
+      cp_async16(xs + (s * kTiledToks + r) * kXsStride + pc * 8, src, valid);
+    }
+    cp_async_commit();
+  };
+
+  float acc[kTiledTM][kTiledTN][4];
+#pragma unroll
+  for (int i = 0; i < kTiledTM; ++i)
+#pragma unroll
+    for (int j = 0; j < kTiledTN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+  Chunk<Q> cur[kTiledTM];
+  if (c_begin < c_end) {
+    stage_x(c_begin, 0);
+    if (active) {
+#pragma unroll
+      for (int i = 0; i < kTiledTM; ++i)
+        if (tile0 + i < p.tiles) load_chunk<Q, false>(p, tile0 + i, c_begin, g, t, cur[i]);
+    }
+  }
+  for (int32_t c = c_begin; c < c_end; ++c) {
+    const int s = (c - c_begin) & 1;
+    if (c + 1 < c_end) {
+      stage_x(c + 1, s ^ 1);  // stage s ^ 1 was last read before the previous iteration's barrier
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // chunk c's x is in stage s, from every thread's copies
+    Chunk<Q> next[kTiledTM];
+    if (active && c + 1 < c_end) {
+#pragma unroll
+      for (int i = 0; i < kTiledTM; ++i)
+        if (tile0 + i < p.tiles) load_chunk<Q, false>(p, tile0 + i, c + 1, g, t, next[i]);
+    }
+    if (active) {
+      const int cb = min(kQuantChunkBlocks, p.nb - kQuantChunkBlocks * c);
+      const T* xw = xs + (s * kTiledToks + wt * 8 * kTiledTN + g) * kXsStride + 8 * t;
+#pragma unroll
+      for (int bi = 0; bi < kQuantChunkBlocks; ++bi) {
+        if (bi >= cb) break;
+        uint32_t b[kTiledTN][4];
+        float xsum[kTiledTN][4];
+#pragma unroll
+        for (int j = 0; j < kTiledTN; ++j) {
+          const uint4 v = *reinterpret_cast<const uint4*>(xw + j * 8 * kXsStride + bi * kBlockValues);
+          b[j][0] = v.x, b[j][1] = v.y, b[j][2] = v.z, b[j][3] = v.w;
+          if constexpr (Q == QuantType::Q4_1) block_x_sums<T>(b[j], xsum[j]);
+        }
+#pragma unroll
+        for (int i = 0; i < kTiledTM; ++i) {
+          if (tile0 + i >= p.tiles) continue;
+          uint32_t a0[4], a1[4];
+          weight_fragments<Q, T>(cur[i], bi, a0, a1);
+#pragma unroll
+          for (int j = 0; j < kTiledTN; ++j)
+            block_product<Q, T>(acc[i][j], a0, a1, b[j], cur[i].d[bi], cur[i].mn[bi], xsum[j]);
+        }
+      }
+    }
+    __syncthreads();  // stage s is free for chunk c + 2
+#pragma unroll
+    for (int i = 0; i < kTiledTM; ++i) cur[i] = next[i];
+  }
+
+  if (!active) return;
+#pragma unroll
+  for (int i = 0; i < kTiledTM; ++i) {
+#pragma unroll
+    for (int j = 0; j < kTiledTN; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int32_t row = (tile0 + i) * kQuantTileRows + g + (e >= 2 ? 8 : 0);
+        const int32_t tok = tok0 + wt * 8 * kTiledTN + 8 * j + 2 * t + (e & 1);
+        if (row >= p.n || tok >= p.m) continue;
+        if (p.partial != nullptr) {
+          p.partial[(int64_t{blockIdx.z} * p.m + tok) * p.n + row] = acc[i][j][e];
+        } else {
+          store_out(p, tok, row, acc[i][j][e]);
+        }
+      }
+    }
+  }
+}
+
+template <QuantType Q, typename T, int TM, int TN>
+void launch_gemv(const Params<T>& p, dim3 grid, dim3 block, size_t shared, Stream stream) {
+  quant_gemv_kernel<Q, T, TM, TN><<<grid, block, shared, stream>>>(p);
+}
+
+// Split-K's second pass: y = the splits' partial sums, added in split order, + the epilogue.
+template <typename T>
+__global__ void quant_split_reduce_kernel(const Params<T> p, int32_t splits) {
+  const int64_t total = int64_t{p.m} * p.n;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    float v = 0.0f;
+    for (int32_t z = 0; z < splits; ++z) v += p.partial[z * total + i];
+    store_out(p, int32_t(i / p.n), int32_t(i % p.n), v);
+  }
+}
+
+// ---- launch configuration -------------------------------------------------------------------
+
+int device_sms() {
+  int device = 0, sms = 0;
+  check(cudaGetDevice(&device), "quant_gemm: cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "quant_gemm: SM count");
+  return sms;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct GemvConfig {
+  int tm, tn, warps;
+  int64_t grid;
+};
+
+// TN: 8 tokens a tile. TM: two tiles a warp once there are enough tiles to give every SM
+// several blocks anyway (halves the L1 reads of x per weight byte). Warps: enough to have about
+// 16 warps per SM in total, each with at least one chunk.
+GemvConfig gemv_config(int32_t m, int32_t n, int32_t k, int sms) {
+  const int64_t tiles = ceil_div(n, kQuantTileRows);
+  const int64_t chunks = ceil_div(k / kBlockValues, kQuantChunkBlocks);
+  GemvConfig c{};
+  c.tn = m <= 8 ? 1 : 2;
+  c.tm = tiles >= 4 * int64_t{sms} ? 2 : 1;
+  c.grid = ceil_div(tiles, c.tm);
+  const int64_t want = ceil_div(16 * int64_t{sms}, c.grid);
+  c.warps = int(std::clamp<int64_t>(want, 2, gemv_max_warps(c.tm)));
+  c.warps = int(std::min<int64_t>(c.warps, chunks));
+  return c;
+}
+
+struct TiledConfig {
+  int64_t bx, by;
+  int32_t splits, chunks_per_split;
+};
+
+// One block per 128 rows x 64 tokens; k split across blocks (at least 2 chunks each, at most
+// 16 splits) when that grid is under one wave of the blocks an SM can hold, and the workspace
+// allows it.
+template <QuantType Q, typename T>
+TiledConfig tiled_config(int32_t m, int32_t n, int32_t k, int sms, int64_t workspace_floats) {
+  TiledConfig c{};
+  c.bx = ceil_div(ceil_div(n, kQuantTileRows), kTiledTiles);
+  c.by = ceil_div(m, kTiledToks);
+  const int32_t chunks = int32_t(ceil_div(k / kBlockValues, kQuantChunkBlocks));
+  static const int per_sm = [] {
+    int blocks = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, quant_tiled_kernel<Q, T>, kTiledThreads,
+                                                        tiled_shared_bytes<T>()),
+          "quant_gemm: occupancy of the tiled kernel");
+    return std::max(blocks, 1);
+  }();
+  const int64_t slots = int64_t{per_sm} * sms, blocks = c.bx * c.by;
+  int64_t splits = 1;
+  if (blocks < slots) splits = std::min<int64_t>({slots / blocks, chunks / 2, 16});
+  if (int64_t{m} * n > 0) splits = std::min<int64_t>(splits, workspace_floats / (int64_t{m} * n));
+  splits = std::max<int64_t>(splits, 1);
+  c.chunks_per_split = int32_t(ceil_div(chunks, splits));
+  c.splits = int32_t(ceil_div(chunks, c.chunks_per_split));
+  return c;
+}
+
+template <typename F>
+void dispatch_quant(QuantType type, F&& f) {
+  switch (type) {
+    case QuantType::Q4_0: f.template operator()<QuantType::Q4_0>(); return;
+    case QuantType::Q4_1: f.template operator()<QuantType::Q4_1>(); return;
+    case QuantType::Q8_0: f.template operator()<QuantType::Q8_0>(); return;
+  }
+  throw CudaError("quant_gemm: unknown quant type " + std::to_string(static_cast<int>(type)));
+}
+
+// bf16 and fp16 only: the tensor cores take the weights as integers in the activation dtype.
+template <typename F>
+void dispatch_half(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kBF16: f.template operator()<__nv_bfloat16>(); return;
+    case DType::kF16: f.template operator()<__half>(); return;
+    default: break;
+  }
+  throw CudaError(std::string("quant_gemm: activations must be bf16 or f16, not ") + dtype_name(dtype));
+}
+
+const char* type_name(QuantType type) {
+  switch (type) {
+    case QuantType::Q4_0: return "Q4_0";
+    case QuantType::Q4_1: return "Q4_1";
+    case QuantType::Q8_0: return "Q8_0";
+  }
+  return "unknown";
+}
+
+bool use_gemv(const QuantGemmArgs& a) {
+  return a.kernel == QuantKernel::kGemv || (a.kernel == QuantKernel::kAuto && a.m <= kQuantGemvMaxM);
+}
+
+void validate(const QuantGemmArgs& a) {
+  const QuantWeight& w = a.w;
+  require(w.rows > 0 && w.cols > 0 && w.cols % kBlockValues == 0,
+          "quant_gemm: the weight needs rows > 0 and cols a positive multiple of 32 (got " + std::to_string(w.rows) +
+              " x " + std::to_string(w.cols) + ")");
+  require(a.m >= 0, "quant_gemm: m must be >= 0");
+  require(a.x_stride >= w.cols && a.x_stride % 8 == 0,
+          "quant_gemm: x_stride must be >= k and a multiple of 8 (16-byte rows)");
+  require(a.y_stride >= w.rows, "quant_gemm: y_stride must be >= n");
+  require(a.m == 0 || (a.x != nullptr && a.y != nullptr && w.data != nullptr), "quant_gemm: null x, y or weight");
+  require(reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0,
+          "quant_gemm: x and the weight must be 16-byte aligned");
+  require(a.kernel != QuantKernel::kGemv || a.m <= kQuantGemvMaxM,
+          "quant_gemm: the GEMV kernel takes m <= " + std::to_string(kQuantGemvMaxM));
+  require(int64_t{a.m} <= int64_t{65535} * kTiledToks, "quant_gemm: m too large");
+}
+
+template <typename T>
+Params<T> make_params(const QuantGemmArgs& a) {
+  const QuantWeight& w = a.w;
+  const int32_t nb = w.cols / kBlockValues;
+  const int32_t tiles = int32_t(ceil_div(w.rows, kQuantTileRows));
+  const int64_t quant_bytes = int64_t{tiles} * kQuantTileRows * nb * 4 * lane_bytes(w.type);
+  const int64_t scale_words = int64_t{tiles} * 8 * nb;
+  Params<T> p{};
+  p.x = static_cast<const T*>(a.x);
+  p.x_stride = a.x_stride;
+  p.q = static_cast<const uint8_t*>(w.data);
+  p.d = reinterpret_cast<const uint32_t*>(p.q + quant_bytes);
+  p.mn = w.type == QuantType::Q4_1 ? p.d + scale_words : nullptr;
+  p.y = static_cast<T*>(a.y);
+  p.y_stride = a.y_stride;
+  p.bias = static_cast<const T*>(a.bias);
+  p.partial = nullptr;
+  p.m = a.m;
+  p.n = w.rows;
+  p.nb = nb;
+  p.chunks = int32_t(ceil_div(nb, kQuantChunkBlocks));
+  p.tiles = tiles;
+  p.chunks_per_split = p.chunks;
+  p.accumulate = a.accumulate;
+  return p;
+}
+
+}  // namespace
+
+int64_t quant_block_size(QuantType type) {
+  switch (type) {
+    case QuantType::Q4_0: return 18;
+    case QuantType::Q4_1: return 20;
+    case QuantType::Q8_0: return 34;
+  }
+  throw CudaError("quant: unknown quant type " + std::to_string(static_cast<int>(type)));
+}
+
+int64_t quant_gpu_bytes(QuantType type, int64_t rows, int64_t cols) {
+  require(rows > 0 && cols > 0 && cols % kBlockValues == 0, "quant: rows > 0 and cols a positive multiple of 32");
+  return ceil_div(rows, kQuantTileRows) * kQuantTileRows * (cols / kBlockValues) * quant_block_size(type);
+}
+
+void quant_repack(QuantType type, const void* blocks, int64_t rows, int64_t cols, void* out) {
+  const int64_t total = quant_gpu_bytes(type, rows, cols);
+  const int64_t nb = cols / kBlockValues, tiles = ceil_div(rows, kQuantTileRows);
+  const int64_t block_bytes = quant_block_size(type);
+  const int lane = lane_bytes(type);
+  uint8_t* q = static_cast<uint8_t*>(out);
+  std::memset(q, 0, size_t(total));  // the padding rows: zero quants, zero scales
+  uint8_t* d = q + tiles * kQuantTileRows * nb * 4 * lane;
+  uint8_t* mins = d + tiles * kQuantTileRows * nb * 2;
+  const uint8_t* src = static_cast<const uint8_t*>(blocks);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t tile = r / kQuantTileRows;
+    const int rr = int(r % kQuantTileRows), g = rr % 8, high = rr / 8;
+    uint8_t* tile_q = q + tile * 64 * nb * lane;
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = src + (r * nb + b) * block_bytes;
+      const int64_t c = b / kQuantChunkBlocks;
+      const int bi = int(b % kQuantChunkBlocks);
+      const int cb = int(std::min<int64_t>(kQuantChunkBlocks, nb - kQuantChunkBlocks * c));
+      const int64_t word = tile * 8 * nb + c * 32 + g * cb + bi;  // the (row g, row g + 8) scale pair
+      std::memcpy(d + (2 * word + high) * 2, blk, 2);
+      if (type == QuantType::Q4_1) std::memcpy(mins + (2 * word + high) * 2, blk + 2, 2);
+      const uint8_t* qs = blk + (type == QuantType::Q4_1 ? 4 : 2);
+      uint8_t* chunk = tile_q + c * 256 * lane;
+      for (int t = 0; t < 4; ++t) {
+        if (type == QuantType::Q8_0) {
+          const int64_t at = cb == kQuantChunkBlocks ? ((int64_t{bi / 2} * 16 + rr) * 4 + t) * 16 + (bi % 2) * 8
+                                                     : ((int64_t{rr} * 4 + t) * cb + bi) * 8;
+          std::memcpy(chunk + at, qs + 8 * t, 8);
+        } else {
+          // Values 8t + i, nibble i of the lane word at position (i % 2) * 4 + i / 2.
+          uint32_t w = 0;
+          for (int i = 0; i < 8; ++i) {
+            const int e = 8 * t + i;
+            const uint32_t nib = e < 16 ? qs[e] & 0xFu : qs[e - 16] >> 4;
+            w |= nib << (4 * ((i % 2) * 4 + i / 2));
+          }
+          const int64_t at = ((int64_t{rr} * 4 + t) * cb + bi) * 4;
+          for (int byte = 0; byte < 4; ++byte) chunk[at + byte] = uint8_t(w >> (8 * byte));
+        }
+      }
+    }
+  }
+}
+
+int64_t quant_gemm_workspace_floats(int32_t m, int32_t n, int32_t k) {
+  if (m <= kQuantGemvMaxM || m <= 0 || n <= 0 || k <= 0 || k % kBlockValues != 0) return 0;
+  // The split count depends on the type and dtype through the kernel's occupancy (registers):
+  // the largest over all of them.
+  const int sms = device_sms();
+  int64_t most = 0;
+  for (QuantType type : {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0}) {
+    for (DType dt : {DType::kBF16, DType::kF16}) {
+      dispatch_quant(type, [&]<QuantType Q>() {
+        dispatch_half(dt, [&]<typename T>() {
+          const TiledConfig c = tiled_config<Q, T>(m, n, k, sms, INT64_MAX);
+          if (c.splits > 1) most = std::max(most, int64_t{c.splits} * m * n);
+        });
+      });
+    }
+  }
+  return most;
+}
+
+std::string quant_gemm_describe(const QuantGemmArgs& a) {
+  validate(a);
+  const int sms = device_sms();
+  std::string text;
+  dispatch_quant(a.w.type, [&]<QuantType Q>() {
+    dispatch_half(a.dtype, [&]<typename T>() {
+      if (use_gemv(a)) {
+        const GemvConfig c = gemv_config(std::max(a.m, 1), a.w.rows, a.w.cols, sms);
+        text = "gemv TM=" + std::to_string(c.tm) + " TN=" + std::to_string(c.tn) + " warps=" + std::to_string(c.warps) +
+               " grid=" + std::to_string(c.grid);
+      } else {
+        const TiledConfig c = tiled_config<Q, T>(std::max(a.m, 1), a.w.rows, a.w.cols, sms,
+                                                 a.workspace != nullptr ? a.workspace_floats : 0);
+        text = "tiled 128x64 grid=" + std::to_string(c.bx) + "x" + std::to_string(c.by) + "x" +
+               std::to_string(c.splits) +
+               (c.splits > 1 ? " split-k " + std::to_string(c.chunks_per_split) + " chunks" : "");
+      }
+    });
+  });
+  return std::string(type_name(a.w.type)) + " " + dtype_name(a.dtype) + " " + text;
+}
+
+void quant_gemm(const QuantGemmArgs& a, Stream stream) {
+  validate(a);
+  if (a.m == 0) return;
+  const int sms = device_sms();
+  dispatch_quant(a.w.type, [&]<QuantType Q>() {
+    dispatch_half(a.dtype, [&]<typename T>() {
+      Params<T> p = make_params<T>(a);
+      if (use_gemv(a)) {
+        const GemvConfig c = gemv_config(a.m, a.w.rows, a.w.cols, sms);
+        const size_t shared = static_cast<size_t>(c.warps * c.tm * c.tn * 4 * 32) * sizeof(float);
+        const dim3 grid(unsigned(c.grid)), block(unsigned(32 * c.warps));
+        if (c.tm == 1 && c.tn == 1) launch_gemv<Q, T, 1, 1>(p, grid, block, shared, stream);
+        else if (c.tm == 1) launch_gemv<Q, T, 1, 2>(p, grid, block, shared, stream);
+        else if (c.tn == 1) launch_gemv<Q, T, 2, 1>(p, grid, block, shared, stream);
+        else launch_gemv<Q, T, 2, 2>(p, grid, block, shared, stream);
+        check_launch("quant_gemm (gemv)");
+        return;
+      }
+      const TiledConfig c = tiled_config<Q, T>(a.m, a.w.rows, a.w.cols, sms,
+                                               a.workspace != nullptr ? a.workspace_floats : 0);
+      p.chunks_per_split = c.chunks_per_split;
+      if (c.splits > 1) p.partial = a.workspace;
+      quant_tiled_kernel<Q, T><<<dim3(unsigned(c.bx), unsigned(c.by), unsigned(c.splits)), kTiledThreads,
+                                 tiled_shared_bytes<T>(), stream>>>(p);
+      check_launch("quant_gemm (tiled)");
+      if (c.splits > 1) {
+        const int64_t total = int64_t{a.m} * a.w.rows;
+        const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(total, 256), 4 * int64_t{sms}));
+        quant_split_reduce_kernel<T><<<blocks, 256, 0, stream>>>(p, c.splits);
+        check_launch("quant_gemm (split-k reduce)");
+      }
+    });
+  });
+}
+
+}  // namespace strata::cuda
