@@ -32,13 +32,14 @@ function junitCounts(file) {
   const total = { passed: 0, failed: 0, skipped: 0 };
   for (const [, attrs, body] of xml.matchAll(/<testcase([^>]*)>([\s\S]*?)<\/testcase>/g)) {
     const status = /status="([a-z]+)"/.exec(attrs)?.[1];
-    const own = /(\d+) passed, (\d+) failed/.exec(body);
-    if (status === 'notrun' || status === 'disabled') total.skipped += 1;
-    else if (own) {
+    const own = /(\d+) passed, (\d+) failed(?:, (\d+) skipped)?/.exec(body);
+    if (own) {
       total.passed += Number(own[1]);
+      total.skipped += Number(own[3] ?? 0);
       // An executable that crashed after printing its line still failed.
       total.failed += Math.max(Number(own[2]), status === 'fail' ? 1 : 0);
-    } else if (status === 'fail') total.failed += 1;
+    } else if (status === 'notrun' || status === 'disabled') total.skipped += 1;
+    else if (status === 'fail') total.failed += 1;
     else total.passed += 1;
   }
   return total;

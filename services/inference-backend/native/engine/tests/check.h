@@ -30,14 +30,24 @@ struct Register {
   Register(const char* name, std::function<void()> fn) { cases().push_back({name, std::move(fn)}); }
 };
 
-// A case that cannot run here (its model is missing) calls skip(reason) and returns; the
-// executable then exits kSkipExitCode when nothing failed (ctest: SKIP_RETURN_CODE).
+// A case that cannot run here (its model is missing) calls skip(reason) and returns. The
+// executable exits kSkipExitCode (ctest: SKIP_RETURN_CODE) only when every case was skipped;
+// otherwise its last line's "N skipped" carries the count (scripts/summarize-tests.mjs reads it).
 inline constexpr int kSkipExitCode = 77;
 inline std::string& skip_reason() {
   static std::string reason;
   return reason;
 }
-inline void skip(const std::string& reason) { skip_reason() = reason; }
+// With STRATA_REQUIRE_MODELS=1 (CI, which always has the models) a skip is a failure instead.
+inline void skip(const std::string& reason) {
+  const char* require = std::getenv("STRATA_REQUIRE_MODELS");
+  if (require != nullptr && std::string(require) == "1") {
+    std::printf("  %s, and STRATA_REQUIRE_MODELS=1 makes that a failure\n", reason.c_str());
+    ++failures();
+    return;
+  }
+  skip_reason() = reason;
+}
 
 inline int run_all() {
   int failed_cases = 0, skipped_cases = 0;
@@ -56,7 +66,7 @@ inline int run_all() {
   }
   std::printf("%zu passed, %d failed, %d skipped\n", cases().size() - failed_cases - skipped_cases, failed_cases, skipped_cases);
   if (failed_cases > 0) return 1;
-  return skipped_cases > 0 ? kSkipExitCode : 0;
+  return skipped_cases > 0 && static_cast<size_t>(skipped_cases) == cases().size() ? kSkipExitCode : 0;
 }
 
 }  // namespace strata_test
