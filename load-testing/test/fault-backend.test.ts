@@ -3,7 +3,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Harness, startHarness } from '../src/harness.js';
 import { send } from './support/client.js';
+import { harnessModel } from './support/models.js';
 import { expectAllAlive, expectNoLeakedBlocks } from './support/platform-checks.js';
+
+const model = harnessModel();
 
 let harness: Harness;
 
@@ -19,7 +22,7 @@ afterAll(async () => {
 // the backend dies (one compute thread per backend).
 const LONG = { max_tokens: 400, ignore_eos: true };
 
-describe('a backend killed mid-stream', () => {
+describe.skipIf(!model.path)(`a backend killed mid-stream${model.skipped}`, () => {
   it('ends its streams with an error event, and the other backend takes the traffic', async () => {
     // Streams spread over both backends; wait until every one has its first token.
     const streams = 12;
@@ -113,7 +116,7 @@ describe('a backend killed mid-stream', () => {
   }, 120_000);
 });
 
-describe('a sidecar killed', () => {
+describe.skipIf(!model.path)(`a sidecar killed${model.skipped}`, () => {
   it('leaves inference untouched, and a restarted sidecar answers again', async () => {
     const [sidecar] = harness.sidecars;
     if (!sidecar) throw new Error('no sidecar');

@@ -4,7 +4,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authHeaders, type Harness, startHarness } from '../src/harness.js';
 import { type Outcome, send } from './support/client.js';
+import { harnessModel } from './support/models.js';
 import { expectAllAlive, expectNoLeakedBlocks } from './support/platform-checks.js';
+
+const model = harnessModel();
 
 let harness: Harness;
 
@@ -27,7 +30,7 @@ function random(seed: number): () => number {
   };
 }
 
-describe('1,000 clients disconnecting at random points', () => {
+describe.skipIf(!model.path)(`1,000 clients disconnecting at random points${model.skipped}`, () => {
   it('frees every KV block and keeps every process up', async () => {
     const rand = random(20261121);
     const total = 1_000;
@@ -109,7 +112,7 @@ const BAD_INPUTS: BadInput[] = [
   { name: 'completions with a bad stop', path: '/v1/completions', body: '{"prompt": "hi", "stop": 42}' },
 ];
 
-describe('bad inputs', () => {
+describe.skipIf(!model.path)(`bad inputs${model.skipped}`, () => {
   it.each(BAD_INPUTS)('$name gets a 4xx naming the problem', async ({ path, contentType, body }) => {
     const res = await fetch(`${harness.entryUrl}${path ?? '/v1/generate'}`, {
       method: 'POST',

@@ -6,9 +6,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Harness, startHarness } from '../src/harness.js';
 import { type Outcome, send } from './support/client.js';
+import { harnessModel } from './support/models.js';
 import { expectAllAlive, expectNoLeakedBlocks } from './support/platform-checks.js';
 import { slowGenerate } from './support/slow-client.js';
 import { sseTerminal } from './support/sse.js';
+
+const model = harnessModel();
 
 const CAPACITY = 16;
 let harness: Harness;
@@ -23,7 +26,7 @@ afterAll(async () => {
   await harness?.stop();
 });
 
-describe('overload at 10x capacity', () => {
+describe.skipIf(!model.path)(`overload at 10x capacity${model.skipped}`, () => {
   it('sheds with 429 + Retry-After, finishes everything it accepted, and recovers', async () => {
     const clients = CAPACITY * 10;
     const until = Date.now() + 30_000;
@@ -67,7 +70,7 @@ describe('overload at 10x capacity', () => {
   }, 180_000);
 });
 
-describe('slow clients', () => {
+describe.skipIf(!model.path)(`slow clients${model.skipped}`, () => {
   it('get complete streams one byte at a time while others are served', async () => {
     const slow = Array.from({ length: 6 }, () =>
       slowGenerate(harness.entryUrl, harness.apiKey, {

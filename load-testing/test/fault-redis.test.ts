@@ -4,7 +4,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Harness, startHarness } from '../src/harness.js';
 import { waitUntil } from '../src/ports.js';
 import { send } from './support/client.js';
+import { harnessModel } from './support/models.js';
 import { expectAllAlive, expectNoLeakedBlocks, metricSum, metricsOf } from './support/platform-checks.js';
+
+const model = harnessModel();
 
 let harness: Harness;
 
@@ -31,7 +34,7 @@ function burst(n: number, tag: string) {
   );
 }
 
-describe('Redis stopped and brought back', () => {
+describe.skipIf(!model.path)(`Redis stopped and brought back${model.skipped}`, () => {
   it('keeps routing (and quotas open) while Redis is down', async () => {
     // Twice, so the second round finds the sessions the first one stored.
     await burst(10, 'before');

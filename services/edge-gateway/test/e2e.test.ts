@@ -5,10 +5,12 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type ServiceProcess, SpawnedRedis } from '@strata/common/testing';
+import { optionalTestModel, type ServiceProcess, SpawnedRedis } from '@strata/common/testing';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Stack, scrape } from './support/stack.js';
+
+const tiny = optionalTestModel('tinystories-656k');
 
 const sha = (key: string) => `sha256:${createHash('sha256').update(key).digest('hex')}`;
 const stack = new Stack();
@@ -44,7 +46,7 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-describe('edge -> router -> backend', () => {
+describe.skipIf(!tiny.path)(`edge -> router -> backend${tiny.skipped}`, () => {
   it('streams a generation with one request id and one trace id in every hop', async () => {
     const requestId = 'e2e-stream-1';
     const traceId = 'aaaabbbbccccddddeeeeffff00001111';

@@ -11,9 +11,11 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import type { LoadReport } from '@strata/common';
-import { type ServiceProcess, seededRandom } from '@strata/common/testing';
+import { optionalTestModel, type ServiceProcess, seededRandom } from '@strata/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Stack } from './support/stack.js';
+
+const tiny = optionalTestModel('tinystories-656k');
 
 const run = promisify(execFile);
 const KEY = 'sk-fuzz';
@@ -140,7 +142,7 @@ function fuzzCase(rand: () => number) {
   return { path, method, headers, body: method === 'GET' || method === 'OPTIONS' ? undefined : body };
 }
 
-describe('edge fuzzing', () => {
+describe.skipIf(!tiny.path)(`edge fuzzing${tiny.skipped}`, () => {
   it('schemathesis finds no server error in valid or invalid requests from the OpenAPI document', async () => {
     const script = join(dirname(fileURLToPath(import.meta.url)), '..', 'scripts', 'ensure-schemathesis.sh');
     const { stdout: bin } = await run('bash', [script]);

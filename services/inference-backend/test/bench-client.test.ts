@@ -6,6 +6,9 @@ import { type AddressInfo, createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildSseClient, runSseClient, type SseClientResult } from '../bench/sse-client.mjs';
 import { startBackend, type TestBackend } from './support/backend.js';
+import { optionalModel } from './support/models.js';
+
+const tiny = optionalModel('tinystories-656k');
 
 const hrMs = () => Number(process.hrtime.bigint()) / 1e6;
 
@@ -25,7 +28,7 @@ const stream = (maxTokens: number) => ({
   stream: true,
 });
 
-describe('bench/sse-client.c', () => {
+describe.skipIf(!tiny.path)(`bench/sse-client.c${tiny.skipped}`, () => {
   it('reads every token of each stream, wave after wave, and tells a rejected request from a stream', async () => {
     const lengths: number[] = [7, 1, 120, 33, 64];
     const requests = [

@@ -2,9 +2,11 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { type ChatMessage, ChatTemplate } from '../src/model/chat-template.js';
 import { ModelError } from '../src/model/errors.js';
 import { loadModelFiles } from '../src/model/model-files.js';
-import { modelPath } from './support/models.js';
+import { modelPath, optionalModel } from './support/models.js';
 import { copyTinystories, editJson, TempDirs } from './support/temp-model.js';
 import { thrown } from './support/thrown.js';
+
+const tiny = optionalModel('tinystories-656k');
 
 const dirs = new TempDirs();
 afterAll(() => dirs.removeAll());
@@ -65,7 +67,7 @@ describe('ChatTemplate', () => {
   });
 });
 
-describe('ChatTemplate.fromModelFiles', () => {
+describe.skipIf(!tiny.path)(`ChatTemplate.fromModelFiles${tiny.skipped}`, () => {
   it('fails with STRATA_NO_CHAT_TEMPLATE for tinystories-656k, which has none', async () => {
     const files = await loadModelFiles(modelPath('tinystories-656k'));
     const err = thrown(() => ChatTemplate.fromModelFiles(files), ModelError);

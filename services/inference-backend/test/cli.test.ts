@@ -2,13 +2,15 @@
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { modelPath } from './support/models.js';
+import { modelPath, optionalModel } from './support/models.js';
+
+const tiny = optionalModel('tinystories-656k');
 
 const cli = join(import.meta.dirname, '..', 'dist', 'cli', 'strata-engine.js');
 const run = (...args: string[]) =>
   spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', timeout: 60_000 });
 
-describe('strata-engine', () => {
+describe.skipIf(!tiny.path)(`strata-engine${tiny.skipped}`, () => {
   it('generates text after the prompt and reports timing', () => {
     const model = modelPath('tinystories-656k');
     const r = run(

@@ -7,8 +7,11 @@ import { readSafetensorsHeader, type SafetensorsHeader } from '../src/convert/sa
 import { ModelError } from '../src/model/errors.js';
 import { loadModelFiles } from '../src/model/model-files.js';
 import { Tokenizer } from '../src/model/tokenizer.js';
-import { modelPath } from './support/models.js';
+import { modelPath, optionalModel } from './support/models.js';
 import { readJsonFile, TempDirs } from './support/temp-model.js';
+
+const stories = optionalModel('stories260K');
+const llama2Tokenizer = optionalModel('llama2-tokenizer');
 
 interface Golden {
   prompts: { text: string; prompt_ids: number[] }[];
@@ -56,7 +59,7 @@ function tensorData(file: Buffer, header: SafetensorsHeader, name: string): Floa
   );
 }
 
-describe('convertLlama2c on stories260K', () => {
+describe.skipIf(!stories.path)(`convertLlama2c on stories260K${stories.skipped}`, () => {
   let out: string;
   let result: ConvertResult;
   const progress: string[] = [];
@@ -236,7 +239,7 @@ describe('convertLlama2c on stories260K', () => {
   });
 });
 
-describe('convertLlama2c variants and errors', () => {
+describe.skipIf(!stories.path)(`convertLlama2c variants and errors${stories.skipped}`, () => {
   it('writes lm_head.weight and tie_word_embeddings false for an unshared classifier', async () => {
     const dir = await dirs.make();
     const ckpt = Buffer.from(await readFile(checkpoint()));
@@ -280,13 +283,16 @@ describe('convertLlama2c variants and errors', () => {
     expect(err.message).toBe(`${file} is not a llama2.c legacy checkpoint: header field nHeads is 0`);
   });
 
-  it('rejects a tokenizer whose vocabulary does not match the checkpoint', async () => {
-    const other = path.join(modelPath('llama2-tokenizer'), 'tokenizer.model');
-    const err = await conversionError(
-      convertLlama2c({ checkpoint: checkpoint(), tokenizerModel: other, outDir: await dirs.make() }),
-    );
-    expect(err.message).toBe(`${other} has 32000 pieces but ${checkpoint()} has vocab_size 512`);
-  });
+  it.skipIf(!llama2Tokenizer.path)(
+    `rejects a tokenizer whose vocabulary does not match the checkpoint${llama2Tokenizer.skipped}`,
+    async () => {
+      const other = path.join(modelPath('llama2-tokenizer'), 'tokenizer.model');
+      const err = await conversionError(
+        convertLlama2c({ checkpoint: checkpoint(), tokenizerModel: other, outDir: await dirs.make() }),
+      );
+      expect(err.message).toBe(`${other} has 32000 pieces but ${checkpoint()} has vocab_size 512`);
+    },
+  );
 
   it('rejects a tokenizer file that is not a SentencePiece model', async () => {
     const dir = await dirs.make();
@@ -299,7 +305,7 @@ describe('convertLlama2c variants and errors', () => {
   });
 });
 
-describe('convert CLI', () => {
+describe.skipIf(!stories.path)(`convert CLI${stories.skipped}`, () => {
   it('converts and prints progress and what it wrote', async () => {
     const out = path.join(await dirs.make(), 'hf');
     const lines: string[] = [];

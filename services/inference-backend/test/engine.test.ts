@@ -3,7 +3,9 @@ import { getEventListeners } from 'node:events';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, EngineError, type GeneratedToken, type SamplingParams } from '../src/engine/engine.js';
 import { loadNativeAddon } from '../src/native.js';
-import { modelPath } from './support/models.js';
+import { modelPath, optionalModel } from './support/models.js';
+
+const tiny = optionalModel('tinystories-656k');
 
 const PROMPT = [1, 80, 147, 201, 282, 215, 286, 604, 10]; // <|start_story|>Once upon a time, there was a dog.
 
@@ -30,7 +32,7 @@ async function waitIdle(engine: Engine): Promise<void> {
   }
 }
 
-describe('engine', () => {
+describe.skipIf(!tiny.path)(`engine${tiny.skipped}`, () => {
   let engine: Engine;
   beforeAll(async () => {
     engine = await Engine.load({ modelDir: modelPath('tinystories-656k'), numBlocks: 512 });
@@ -152,118 +154,133 @@ describe('engine', () => {
 });
 
 describe('engine under pressure', () => {
-  it('gives each request the same greedy output alone and among 32 with chunked prefill and preemption', async () => {
-    const inputs = prompts(32);
-    const params = { temperature: 0, maxTokens: 48, ignoreEos: true };
-    const roomy = await Engine.load({ modelDir: modelPath('tinystories-656k'), numBlocks: 512 });
-    const alone: number[][] = [];
-    for (const p of inputs) alone.push(tokensOf(await collect(roomy.generate(p, params))));
-    await roomy.close();
-    // 40 blocks (640 tokens) cannot hold 32 sequences of up to 140 tokens: preemption must happen.
-    const tight = await Engine.load({
-      modelDir: modelPath('tinystories-656k'),
-      numBlocks: 40,
-      maxNumBatchedTokens: 64,
-      maxModelLen: 512,
-    });
-    const together = await Promise.all(inputs.map((p) => collect(tight.generate(p, params)).then(tokensOf)));
-    const stats = tight.stats();
-    await tight.close();
-    expect(stats.numPreemptions).toBeGreaterThan(0);
-    expect(together).toEqual(alone);
-    expect(stats.kvBlocksUsed).toBe(0);
-  });
-
-  it('finishes 1,200 random requests with random aborts exactly once each, leaking no blocks', async () => {
-    const engine = await Engine.load({
-      modelDir: modelPath('tinystories-656k'),
-      numBlocks: 96,
-      maxNumBatchedTokens: 128,
-    });
-    let seed = 42;
-    const rand = () => {
-      seed = (seed * 1103515245 + 12345) % 2 ** 31;
-      return seed / 2 ** 31;
-    };
-    const finishes = new Map<number, number>();
-    const runs: Promise<void>[] = [];
-    for (let i = 0; i < 1200; i++) {
-      const prompt = [
-        1,
-        ...Array.from({ length: 1 + Math.floor(rand() * 60) }, () => 3 + Math.floor(rand() * 2000)),
-      ];
-      const params: SamplingParams = {
-        temperature: rand() < 0.3 ? 0 : rand() * 1.5,
-        topK: rand() < 0.5 ? 0 : 1 + Math.floor(rand() * 50),
-        topP: 0.5 + rand() * 0.5,
-        minP: rand() * 0.2,
-        repetitionPenalty: 1 + rand() * 0.3,
-        maxTokens: 1 + Math.floor(rand() * 24),
-        seed: i,
-      };
-      const controller = new AbortController();
-      if (rand() < 0.25) setTimeout(() => controller.abort(), Math.floor(rand() * 30));
-      runs.push(
-        collect(engine.generate(prompt, params, { signal: controller.signal })).then((events) => {
-          const finals = events.filter((e) => e.finishReason !== undefined);
-          finishes.set(i, finals.length);
-          expect(events.at(-1)?.finishReason).toBeDefined();
-        }),
+  it.skipIf(!tiny.path)(
+    `gives each request the same greedy output alone and among 32 with chunked prefill and preemption${tiny.skipped}`,
+    async () => {
+      const inputs = prompts(32);
+      const params = { temperature: 0, maxTokens: 48, ignoreEos: true };
+      const roomy = await Engine.load({ modelDir: modelPath('tinystories-656k'), numBlocks: 512 });
+      const alone: number[][] = [];
+      for (const p of inputs) alone.push(tokensOf(await collect(roomy.generate(p, params))));
+      await roomy.close();
+      // 40 blocks (640 tokens) cannot hold 32 sequences of up to 140 tokens: preemption must happen.
+      const tight = await Engine.load({
+        modelDir: modelPath('tinystories-656k'),
+        numBlocks: 40,
+        maxNumBatchedTokens: 64,
+        maxModelLen: 512,
+      });
+      const together = await Promise.all(
+        inputs.map((p) => collect(tight.generate(p, params)).then(tokensOf)),
       );
-      if (i % 100 === 99) await new Promise((r) => setTimeout(r, 5));
-    }
-    await Promise.all(runs);
-    await waitIdle(engine);
-    const stats = engine.stats();
-    await engine.close();
-    expect(finishes.size).toBe(1200);
-    expect([...finishes.values()].every((n) => n === 1)).toBe(true);
-    expect(stats.finishedStop + stats.finishedLength + stats.finishedAbort).toBe(1200);
-    expect(stats.finishedAbort).toBeGreaterThan(0);
-    expect(stats.kvBlocksUsed).toBe(0);
-    expect(stats.kvBlocksFree + stats.kvBlocksCached).toBe(stats.kvBlocksTotal);
-  });
+      const stats = tight.stats();
+      await tight.close();
+      expect(stats.numPreemptions).toBeGreaterThan(0);
+      expect(together).toEqual(alone);
+      expect(stats.kvBlocksUsed).toBe(0);
+    },
+  );
 
-  it('runs the cuda backend where the build and the machine have CUDA, and says why not elsewhere', async () => {
-    const addon = loadNativeAddon();
-    const load = Engine.load({ modelDir: modelPath('tinystories-656k'), backend: 'cuda', dtype: 'float32' });
-    if (!addon.buildInfo().cuda) {
-      await expect(load).rejects.toMatchObject({
-        code: 'STRATA_INVALID_CONFIG',
-        message: expect.stringContaining('backend "cuda" is not in this build'),
+  it.skipIf(!tiny.path)(
+    `finishes 1,200 random requests with random aborts exactly once each, leaking no blocks${tiny.skipped}`,
+    async () => {
+      const engine = await Engine.load({
+        modelDir: modelPath('tinystories-656k'),
+        numBlocks: 96,
+        maxNumBatchedTokens: 128,
       });
-    } else if (!addon.cudaInfo().available) {
-      await expect(load).rejects.toMatchObject({
-        code: 'STRATA_CUDA_ERROR',
-        message: expect.stringMatching(/^no CUDA device: \S/),
-      });
-    } else {
-      // A GPU: fp32 on the device gives the CPU backend's greedy tokens.
-      const gpu = await load;
-      const cpu = await Engine.load({ modelDir: modelPath('tinystories-656k'), numBlocks: 512 });
-      try {
-        expect(gpu.info).toMatchObject({
-          backend: 'cuda',
-          dtype: 'float32',
-          kernelIsa: 'cuda',
-          sampling: 'gpu',
-        });
-        const greedy = { temperature: 0, maxTokens: 40, ignoreEos: true };
-        expect(tokensOf(await collect(gpu.generate(PROMPT, greedy)))).toEqual(
-          tokensOf(await collect(cpu.generate(PROMPT, greedy))),
+      let seed = 42;
+      const rand = () => {
+        seed = (seed * 1103515245 + 12345) % 2 ** 31;
+        return seed / 2 ** 31;
+      };
+      const finishes = new Map<number, number>();
+      const runs: Promise<void>[] = [];
+      for (let i = 0; i < 1200; i++) {
+        const prompt = [
+          1,
+          ...Array.from({ length: 1 + Math.floor(rand() * 60) }, () => 3 + Math.floor(rand() * 2000)),
+        ];
+        const params: SamplingParams = {
+          temperature: rand() < 0.3 ? 0 : rand() * 1.5,
+          topK: rand() < 0.5 ? 0 : 1 + Math.floor(rand() * 50),
+          topP: 0.5 + rand() * 0.5,
+          minP: rand() * 0.2,
+          repetitionPenalty: 1 + rand() * 0.3,
+          maxTokens: 1 + Math.floor(rand() * 24),
+          seed: i,
+        };
+        const controller = new AbortController();
+        if (rand() < 0.25) setTimeout(() => controller.abort(), Math.floor(rand() * 30));
+        runs.push(
+          collect(engine.generate(prompt, params, { signal: controller.signal })).then((events) => {
+            const finals = events.filter((e) => e.finishReason !== undefined);
+            finishes.set(i, finals.length);
+            expect(events.at(-1)?.finishReason).toBeDefined();
+          }),
         );
-        // Seeded sampling on the GPU draws what the CPU sampler draws from the same logits.
-        const sampled = { temperature: 0.8, topK: 40, topP: 0.9, seed: 7, maxTokens: 40, ignoreEos: true };
-        expect(tokensOf(await collect(gpu.generate(PROMPT, sampled)))).toEqual(
-          tokensOf(await collect(cpu.generate(PROMPT, sampled))),
-        );
-      } finally {
-        await Promise.all([gpu.close(), cpu.close()]);
+        if (i % 100 === 99) await new Promise((r) => setTimeout(r, 5));
       }
-    }
-  });
+      await Promise.all(runs);
+      await waitIdle(engine);
+      const stats = engine.stats();
+      await engine.close();
+      expect(finishes.size).toBe(1200);
+      expect([...finishes.values()].every((n) => n === 1)).toBe(true);
+      expect(stats.finishedStop + stats.finishedLength + stats.finishedAbort).toBe(1200);
+      expect(stats.finishedAbort).toBeGreaterThan(0);
+      expect(stats.kvBlocksUsed).toBe(0);
+      expect(stats.kvBlocksFree + stats.kvBlocksCached).toBe(stats.kvBlocksTotal);
+    },
+  );
 
-  it('rejects a backend name it does not know', async () => {
+  it.skipIf(!tiny.path)(
+    `runs the cuda backend where the build and the machine have CUDA, and says why not elsewhere${tiny.skipped}`,
+    async () => {
+      const addon = loadNativeAddon();
+      const load = Engine.load({
+        modelDir: modelPath('tinystories-656k'),
+        backend: 'cuda',
+        dtype: 'float32',
+      });
+      if (!addon.buildInfo().cuda) {
+        await expect(load).rejects.toMatchObject({
+          code: 'STRATA_INVALID_CONFIG',
+          message: expect.stringContaining('backend "cuda" is not in this build'),
+        });
+      } else if (!addon.cudaInfo().available) {
+        await expect(load).rejects.toMatchObject({
+          code: 'STRATA_CUDA_ERROR',
+          message: expect.stringMatching(/^no CUDA device: \S/),
+        });
+      } else {
+        // A GPU: fp32 on the device gives the CPU backend's greedy tokens.
+        const gpu = await load;
+        const cpu = await Engine.load({ modelDir: modelPath('tinystories-656k'), numBlocks: 512 });
+        try {
+          expect(gpu.info).toMatchObject({
+            backend: 'cuda',
+            dtype: 'float32',
+            kernelIsa: 'cuda',
+            sampling: 'gpu',
+          });
+          const greedy = { temperature: 0, maxTokens: 40, ignoreEos: true };
+          expect(tokensOf(await collect(gpu.generate(PROMPT, greedy)))).toEqual(
+            tokensOf(await collect(cpu.generate(PROMPT, greedy))),
+          );
+          // Seeded sampling on the GPU draws what the CPU sampler draws from the same logits.
+          const sampled = { temperature: 0.8, topK: 40, topP: 0.9, seed: 7, maxTokens: 40, ignoreEos: true };
+          expect(tokensOf(await collect(gpu.generate(PROMPT, sampled)))).toEqual(
+            tokensOf(await collect(cpu.generate(PROMPT, sampled))),
+          );
+        } finally {
+          await Promise.all([gpu.close(), cpu.close()]);
+        }
+      }
+    },
+  );
+
+  it.skipIf(!tiny.path)(`rejects a backend name it does not know${tiny.skipped}`, async () => {
     await expect(
       Engine.load({ modelDir: modelPath('tinystories-656k'), backend: 'tpu' as 'cpu' }),
     ).rejects.toMatchObject({

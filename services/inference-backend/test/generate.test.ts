@@ -1,6 +1,9 @@
 // POST /v1/generate on a real backend (port 0, real engine, tinystories-656k).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { json, readSse, startBackend, type TestBackend } from './support/backend.js';
+import { optionalModel } from './support/models.js';
+
+const tiny = optionalModel('tinystories-656k');
 
 let backend: TestBackend;
 beforeAll(async () => {
@@ -17,7 +20,7 @@ const post = (body: unknown, headers: Record<string, string> = {}) =>
 
 const greedy = { prompt: 'Once upon a time', max_tokens: 30, temperature: 0, ignore_eos: true };
 
-describe('POST /v1/generate', () => {
+describe.skipIf(!tiny.path)(`POST /v1/generate${tiny.skipped}`, () => {
   it('returns the engine text as JSON', async () => {
     const res = await post(greedy);
     expect(res.status).toBe(200);
@@ -158,7 +161,7 @@ describe('POST /v1/generate', () => {
   });
 });
 
-describe('admission and deadlines', () => {
+describe.skipIf(!tiny.path)(`admission and deadlines${tiny.skipped}`, () => {
   it('answers 429 with Retry-After when running + queued is full, and admits again once a slot frees', async () => {
     const small = await startBackend({
       STRATA_WARMUP: 'false',

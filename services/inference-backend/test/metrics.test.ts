@@ -3,6 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FINE_BUCKETS_SECONDS, VLLM_BUCKETS } from '../src/observability/engine-metrics.js';
 import { json, readSse } from './support/backend.js';
+import { optionalModel } from './support/models.js';
 import {
   type ObservedBackend,
   parseMetrics,
@@ -10,6 +11,8 @@ import {
   sample,
   startObservedBackend,
 } from './support/observed-backend.js';
+
+const tiny = optionalModel('tinystories-656k');
 
 const MODEL = { model_name: 'tinystories-656k' };
 const SERIES = [
@@ -51,7 +54,7 @@ const load = async () => {
   return json(res);
 };
 
-describe('engine metrics, /load and request logs', () => {
+describe.skipIf(!tiny.path)(`engine metrics, /load and request logs${tiny.skipped}`, () => {
   beforeAll(async () => {
     backend = await startObservedBackend();
   });

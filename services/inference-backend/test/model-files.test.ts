@@ -3,8 +3,10 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ModelError } from '../src/model/errors.js';
 import { loadModelFiles } from '../src/model/model-files.js';
-import { modelPath } from './support/models.js';
+import { modelPath, optionalModel } from './support/models.js';
 import { copyTinystories, editJson, TempDirs } from './support/temp-model.js';
+
+const tiny = optionalModel('tinystories-656k');
 
 const dirs = new TempDirs();
 afterAll(() => dirs.removeAll());
@@ -19,7 +21,7 @@ async function modelError(promise: Promise<unknown>): Promise<ModelError> {
   return err as ModelError;
 }
 
-describe('loadModelFiles on tinystories-656k', () => {
+describe.skipIf(!tiny.path)(`loadModelFiles on tinystories-656k${tiny.skipped}`, () => {
   it('reads ids, flags and limits from the real files', async () => {
     const dir = modelPath('tinystories-656k');
     const files = await loadModelFiles(dir);
@@ -51,7 +53,7 @@ describe('loadModelFiles on tinystories-656k', () => {
   });
 });
 
-describe('loadModelFiles on edited copies', () => {
+describe.skipIf(!tiny.path)(`loadModelFiles on edited copies${tiny.skipped}`, () => {
   it('takes eos ids from generation_config first, as a list, then adds the tokenizer eos', async () => {
     const dir = await copyTinystories(dirs);
     await editJson(dir, 'generation_config.json', (j) => ({ ...j, eos_token_id: [5, 7] }));
@@ -136,7 +138,7 @@ describe('loadModelFiles on edited copies', () => {
 });
 
 describe('loadModelFiles errors', () => {
-  it('names a missing required file', async () => {
+  it.skipIf(!tiny.path)(`names a missing required file${tiny.skipped}`, async () => {
     for (const name of ['config.json', 'tokenizer.json', 'tokenizer_config.json']) {
       const dir = await copyTinystories(dirs);
       await rm(path.join(dir, name));
@@ -147,7 +149,7 @@ describe('loadModelFiles errors', () => {
     }
   });
 
-  it('names a file that is not JSON', async () => {
+  it.skipIf(!tiny.path)(`names a file that is not JSON${tiny.skipped}`, async () => {
     const dir = await copyTinystories(dirs);
     await writeFile(path.join(dir, 'generation_config.json'), '{"eos_token_id": 2,');
     const err = await modelError(loadModelFiles(dir));
@@ -156,7 +158,7 @@ describe('loadModelFiles errors', () => {
     expect(err.message).toMatch(/generation_config\.json is not valid JSON: /);
   });
 
-  it('names the file and field of a value of the wrong type', async () => {
+  it.skipIf(!tiny.path)(`names the file and field of a value of the wrong type${tiny.skipped}`, async () => {
     const dir = await copyTinystories(dirs);
     await editJson(dir, 'config.json', (j) => ({ ...j, vocab_size: 'big' }));
     const err = await modelError(loadModelFiles(dir));
@@ -168,7 +170,7 @@ describe('loadModelFiles errors', () => {
     expect(err.message).toMatch(/config\.json: field "vocab_size" /);
   });
 
-  it('names a nested field (an eos id in a list)', async () => {
+  it.skipIf(!tiny.path)(`names a nested field (an eos id in a list)${tiny.skipped}`, async () => {
     const dir = await copyTinystories(dirs);
     await editJson(dir, 'generation_config.json', (j) => ({ ...j, eos_token_id: [2, -1] }));
     const err = await modelError(loadModelFiles(dir));
@@ -176,17 +178,20 @@ describe('loadModelFiles errors', () => {
     expect(err.file).toBe(path.join(dir, 'generation_config.json'));
   });
 
-  it('rejects a special token that tokenizer.json does not contain', async () => {
-    const dir = await copyTinystories(dirs);
-    await editJson(dir, 'tokenizer_config.json', (j) => ({ ...j, bos_token: '<s>' }));
-    const err = await modelError(loadModelFiles(dir));
-    expect(err.field).toBe('bos_token');
-    expect(err.message).toBe(
-      `${path.join(dir, 'tokenizer_config.json')}: field "bos_token" names "<s>", which tokenizer.json does not contain`,
-    );
-  });
+  it.skipIf(!tiny.path)(
+    `rejects a special token that tokenizer.json does not contain${tiny.skipped}`,
+    async () => {
+      const dir = await copyTinystories(dirs);
+      await editJson(dir, 'tokenizer_config.json', (j) => ({ ...j, bos_token: '<s>' }));
+      const err = await modelError(loadModelFiles(dir));
+      expect(err.field).toBe('bos_token');
+      expect(err.message).toBe(
+        `${path.join(dir, 'tokenizer_config.json')}: field "bos_token" names "<s>", which tokenizer.json does not contain`,
+      );
+    },
+  );
 
-  it('rejects add_bos_token without any BOS token', async () => {
+  it.skipIf(!tiny.path)(`rejects add_bos_token without any BOS token${tiny.skipped}`, async () => {
     const dir = await copyTinystories(dirs);
     await editJson(dir, 'tokenizer_config.json', (j) => ({ ...j, bos_token: null }));
     await editJson(dir, 'config.json', (j) => ({ ...j, bos_token_id: null }));

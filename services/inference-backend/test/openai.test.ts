@@ -6,8 +6,10 @@ import OpenAI, { APIError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chatPromptIds } from '../src/routes/openai-chat.js';
 import { json, startBackend, type TestBackend } from './support/backend.js';
-import { modelPath } from './support/models.js';
+import { modelPath, optionalModel } from './support/models.js';
 import { readJsonFile, TempDirs } from './support/temp-model.js';
+
+const tiny = optionalModel('tinystories-656k');
 
 const CHAT_TEMPLATE =
   "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}" +
@@ -84,7 +86,7 @@ const greedy = {
   ignore_eos: true,
 };
 
-describe('POST /v1/completions', () => {
+describe.skipIf(!tiny.path)(`POST /v1/completions${tiny.skipped}`, () => {
   it('returns the engine text with OpenAI shape and usage', async () => {
     const direct = await engineText(plain, greedy.prompt, 24);
     const res = await client.completions.create(greedy);
@@ -189,7 +191,7 @@ describe('POST /v1/completions', () => {
   });
 });
 
-describe('finish_reason mapping and cancellation', () => {
+describe.skipIf(!tiny.path)(`finish_reason mapping and cancellation${tiny.skipped}`, () => {
   it("reports a request cut by the backend's deadline as finish_reason length", async () => {
     const strict = await startBackend({ STRATA_WARMUP: 'false', STRATA_REQUEST_TIMEOUT_MS: '5' });
     try {
@@ -241,7 +243,7 @@ describe('finish_reason mapping and cancellation', () => {
   });
 });
 
-describe('POST /v1/chat/completions', () => {
+describe.skipIf(!tiny.path)(`POST /v1/chat/completions${tiny.skipped}`, () => {
   const messages = [
     { role: 'system' as const, content: 'You tell stories.' },
     {
@@ -366,7 +368,7 @@ describe('POST /v1/chat/completions', () => {
   });
 });
 
-describe('GET /v1/models', () => {
+describe.skipIf(!tiny.path)(`GET /v1/models${tiny.skipped}`, () => {
   it('lists the served model', async () => {
     const models = [];
     for await (const m of client.models.list()) models.push(m);
@@ -389,7 +391,7 @@ describe('GET /v1/models', () => {
   });
 });
 
-describe('bad input', () => {
+describe.skipIf(!tiny.path)(`bad input${tiny.skipped}`, () => {
   const cases: [string, string, unknown, number, string, RegExp][] = [
     [
       'n=2',
@@ -567,7 +569,7 @@ describe('bad input', () => {
   });
 });
 
-describe('GET /openapi.json', () => {
+describe.skipIf(!tiny.path)(`GET /openapi.json${tiny.skipped}`, () => {
   it('documents the inference routes with their request bodies', async () => {
     const res = await fetch(`${plain.url}/openapi.json`);
     expect(res.status).toBe(200);

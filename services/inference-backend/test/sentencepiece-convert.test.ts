@@ -5,9 +5,12 @@ import { buildHfTokenizer } from '../src/convert/hf-tokenizer.js';
 import { parseSentencePieceModel, type SentencePieceModel } from '../src/convert/sentencepiece-model.js';
 import { ModelError } from '../src/model/errors.js';
 import { Tokenizer } from '../src/model/tokenizer.js';
-import { modelPath } from './support/models.js';
+import { modelPath, optionalModel } from './support/models.js';
 import { convertedLlama2Tokenizer, readJsonFile, TempDirs } from './support/temp-model.js';
 import { thrown } from './support/thrown.js';
+
+const stories = optionalModel('stories260K');
+const llama2Tokenizer = optionalModel('llama2-tokenizer');
 
 const dirs = new TempDirs();
 afterAll(() => dirs.removeAll());
@@ -44,39 +47,42 @@ function piece(text: string, score: number, type: number): number[] {
 
 describe('parseSentencePieceModel', () => {
   // Expected values read with sentencepiece's own protobuf classes (sentencepiece_model_pb2).
-  it('reads tok512.model: pieces, scores, types, trainer and normalizer specs', async () => {
-    const m = await parseModel('stories260K', 'tok512.model');
-    expect(m.pieces).toHaveLength(512);
-    expect(m.pieces.slice(0, 4)).toEqual([
-      { piece: '<unk>', score: 0, type: 2 },
-      { piece: '<s>', score: 0, type: 3 },
-      { piece: '</s>', score: 0, type: 3 },
-      { piece: '<0x00>', score: 0, type: 6 },
-    ]);
-    expect(m.pieces.slice(258, 261)).toEqual([
-      { piece: '<0xFF>', score: 0, type: 6 },
-      { piece: '▁t', score: -0, type: 1 },
-      { piece: 'he', score: -1, type: 1 },
-    ]);
-    expect(m.trainer).toEqual({
-      modelType: 2,
-      byteFallback: true,
-      treatWhitespaceAsSuffix: false,
-      unkId: 0,
-      bosId: 1,
-      eosId: 2,
-      padId: -1,
-    });
-    expect(m.normalizer).toEqual({
-      name: 'identity',
-      precompiledCharsmapBytes: 0,
-      addDummyPrefix: true,
-      removeExtraWhitespaces: true,
-      escapeWhitespaces: true,
-    });
-  });
+  it.skipIf(!stories.path)(
+    `reads tok512.model: pieces, scores, types, trainer and normalizer specs${stories.skipped}`,
+    async () => {
+      const m = await parseModel('stories260K', 'tok512.model');
+      expect(m.pieces).toHaveLength(512);
+      expect(m.pieces.slice(0, 4)).toEqual([
+        { piece: '<unk>', score: 0, type: 2 },
+        { piece: '<s>', score: 0, type: 3 },
+        { piece: '</s>', score: 0, type: 3 },
+        { piece: '<0x00>', score: 0, type: 6 },
+      ]);
+      expect(m.pieces.slice(258, 261)).toEqual([
+        { piece: '<0xFF>', score: 0, type: 6 },
+        { piece: '▁t', score: -0, type: 1 },
+        { piece: 'he', score: -1, type: 1 },
+      ]);
+      expect(m.trainer).toEqual({
+        modelType: 2,
+        byteFallback: true,
+        treatWhitespaceAsSuffix: false,
+        unkId: 0,
+        bosId: 1,
+        eosId: 2,
+        padId: -1,
+      });
+      expect(m.normalizer).toEqual({
+        name: 'identity',
+        precompiledCharsmapBytes: 0,
+        addDummyPrefix: true,
+        removeExtraWhitespaces: true,
+        escapeWhitespaces: true,
+      });
+    },
+  );
 
-  it("reads Llama 2's tokenizer.model", async () => {
+  it.skipIf(!llama2Tokenizer.path)(`reads Llama 2's tokenizer.model${llama2Tokenizer.skipped}`, async () => {
     const m = await parseModel('llama2-tokenizer', 'tokenizer.model');
     expect(m.pieces).toHaveLength(32000);
     expect(m.pieces[259]).toEqual({ piece: '▁▁', score: -1e9, type: 1 });
@@ -108,51 +114,56 @@ describe('parseSentencePieceModel', () => {
 });
 
 describe('buildHfTokenizer', () => {
-  it('writes the Llama-style pipeline; whitespace rules only where the model asks for them', async () => {
-    const llama2 = buildHfTokenizer(await parseModel('llama2-tokenizer', 'tokenizer.model'), {
-      modelMaxLength: 4096,
-    });
-    const tok512 = buildHfTokenizer(await parseModel('stories260K', 'tok512.model'), { modelMaxLength: 512 });
-    const prependReplace = [
-      { type: 'Prepend', prepend: '▁' },
-      { type: 'Replace', pattern: { String: ' ' }, content: '▁' },
-    ];
-    expect(llama2.tokenizer.normalizer).toEqual({ type: 'Sequence', normalizers: prependReplace });
-    expect(tok512.tokenizer.normalizer).toEqual({
-      type: 'Sequence',
-      normalizers: [
-        { type: 'Replace', pattern: { Regex: '^ +| +$' }, content: '' },
-        { type: 'Replace', pattern: { Regex: ' {2,}' }, content: ' ' },
-        ...prependReplace,
-      ],
-    });
-    expect(llama2.tokenizer.decoder).toEqual({
-      type: 'Sequence',
-      decoders: [
-        { type: 'Replace', pattern: { String: '▁' }, content: ' ' },
-        { type: 'ByteFallback' },
-        { type: 'Fuse' },
-        { type: 'Strip', content: ' ', start: 1, stop: 0 },
-      ],
-    });
-    expect(llama2.tokenizer.model).toMatchObject({
-      type: 'BPE',
-      byte_fallback: true,
-      fuse_unk: true,
-      unk_token: '<unk>',
-    });
-    expect(tok512.tokenizerConfig).toMatchObject({
-      add_bos_token: true,
-      add_eos_token: false,
-      bos_token: '<s>',
-      eos_token: '</s>',
-      unk_token: '<unk>',
-      pad_token: null,
-      model_max_length: 512,
-    });
-  });
+  it.skipIf(!llama2Tokenizer.path || !stories.path)(
+    `writes the Llama-style pipeline; whitespace rules only where the model asks for them${llama2Tokenizer.skipped || stories.skipped}`,
+    async () => {
+      const llama2 = buildHfTokenizer(await parseModel('llama2-tokenizer', 'tokenizer.model'), {
+        modelMaxLength: 4096,
+      });
+      const tok512 = buildHfTokenizer(await parseModel('stories260K', 'tok512.model'), {
+        modelMaxLength: 512,
+      });
+      const prependReplace = [
+        { type: 'Prepend', prepend: '▁' },
+        { type: 'Replace', pattern: { String: ' ' }, content: '▁' },
+      ];
+      expect(llama2.tokenizer.normalizer).toEqual({ type: 'Sequence', normalizers: prependReplace });
+      expect(tok512.tokenizer.normalizer).toEqual({
+        type: 'Sequence',
+        normalizers: [
+          { type: 'Replace', pattern: { Regex: '^ +| +$' }, content: '' },
+          { type: 'Replace', pattern: { Regex: ' {2,}' }, content: ' ' },
+          ...prependReplace,
+        ],
+      });
+      expect(llama2.tokenizer.decoder).toEqual({
+        type: 'Sequence',
+        decoders: [
+          { type: 'Replace', pattern: { String: '▁' }, content: ' ' },
+          { type: 'ByteFallback' },
+          { type: 'Fuse' },
+          { type: 'Strip', content: ' ', start: 1, stop: 0 },
+        ],
+      });
+      expect(llama2.tokenizer.model).toMatchObject({
+        type: 'BPE',
+        byte_fallback: true,
+        fuse_unk: true,
+        unk_token: '<unk>',
+      });
+      expect(tok512.tokenizerConfig).toMatchObject({
+        add_bos_token: true,
+        add_eos_token: false,
+        bos_token: '<s>',
+        eos_token: '</s>',
+        unk_token: '<unk>',
+        pad_token: null,
+        model_max_length: 512,
+      });
+    },
+  );
 
-  it('ranks merges by piece score, best first', async () => {
+  it.skipIf(!stories.path)(`ranks merges by piece score, best first${stories.skipped}`, async () => {
     const { tokenizer } = buildHfTokenizer(await parseModel('stories260K', 'tok512.model'), {
       modelMaxLength: 512,
     });
@@ -164,19 +175,22 @@ describe('buildHfTokenizer', () => {
     ]);
   });
 
-  it('encodes like SentencePiece on the Llama 2 vocabulary (golden pairs from sentencepiece)', async () => {
-    const golden = (await readJsonFile(
-      path.join(import.meta.dirname, 'golden', 'llama2-tokenizer.json'),
-    )) as unknown as {
-      cases: { text: string; ids: number[] }[];
-    };
-    const tok = await Tokenizer.load(await convertedLlama2Tokenizer(dirs));
-    expect(golden.cases.length).toBeGreaterThanOrEqual(10);
-    for (const { text, ids } of golden.cases) {
-      expect(await tok.encode(text, { addSpecialTokens: false })).toEqual(ids);
-      expect(tok.decode(ids)).toBe(text);
-    }
-  });
+  it.skipIf(!llama2Tokenizer.path)(
+    `encodes like SentencePiece on the Llama 2 vocabulary (golden pairs from sentencepiece)${llama2Tokenizer.skipped}`,
+    async () => {
+      const golden = (await readJsonFile(
+        path.join(import.meta.dirname, 'golden', 'llama2-tokenizer.json'),
+      )) as unknown as {
+        cases: { text: string; ids: number[] }[];
+      };
+      const tok = await Tokenizer.load(await convertedLlama2Tokenizer(dirs));
+      expect(golden.cases.length).toBeGreaterThanOrEqual(10);
+      for (const { text, ids } of golden.cases) {
+        expect(await tok.encode(text, { addSpecialTokens: false })).toEqual(ids);
+        expect(tok.decode(ids)).toBe(text);
+      }
+    },
+  );
 
   it('rejects SentencePiece features it cannot express', () => {
     const unigram = parseSentencePieceModel(

@@ -4,6 +4,9 @@
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBackend, type TestBackend } from './support/backend.js';
+import { optionalModel } from './support/models.js';
+
+const tiny = optionalModel('tinystories-656k');
 
 const HEARTBEAT_MS = 100;
 
@@ -25,7 +28,7 @@ function rawRequest(url: string, request: string): Promise<string> {
 const body = (maxTokens: number) =>
   JSON.stringify({ prompt: 'Once upon a time', max_tokens: maxTokens, ignore_eos: true, stream: true });
 
-describe('SSE streams', () => {
+describe.skipIf(!tiny.path)(`SSE streams${tiny.skipped}`, () => {
   let backend: TestBackend;
   beforeAll(async () => {
     // One sequence at a time, so later requests wait in the queue without output.

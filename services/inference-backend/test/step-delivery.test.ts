@@ -5,7 +5,9 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadNativeAddon, type NativeEngine, type NativeStep } from '../src/native.js';
-import { modelPath } from './support/models.js';
+import { modelPath, optionalModel } from './support/models.js';
+
+const tiny = optionalModel('tinystories-656k');
 
 const PROMPT = Int32Array.from([1, 80, 147, 201, 282, 215, 286, 604, 10]);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -18,7 +20,7 @@ async function until(check: () => boolean, what: string): Promise<void> {
   throw new Error(`timed out waiting for ${what}`);
 }
 
-describe('step delivery', () => {
+describe.skipIf(!tiny.path)(`step delivery${tiny.skipped}`, () => {
   let native: NativeEngine | undefined;
   const deliveries: NativeStep[][] = [];
   afterEach(async () => {

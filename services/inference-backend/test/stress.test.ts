@@ -6,6 +6,9 @@ import { runInNewContext } from 'node:vm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { storyPrompt } from '../bench/story-prompts.mjs';
 import { json, readSse, startBackend, type TestBackend } from './support/backend.js';
+import { optionalModel } from './support/models.js';
+
+const tiny = optionalModel('tinystories-656k');
 
 const post = (url: string, body: unknown) =>
   fetch(`${url}/v1/generate`, {
@@ -17,7 +20,7 @@ const post = (url: string, body: unknown) =>
 /** A distinct prompt per stream index. */
 const promptFor = storyPrompt;
 
-describe('200 concurrent streams', () => {
+describe.skipIf(!tiny.path)(`200 concurrent streams${tiny.skipped}`, () => {
   let backend: TestBackend;
   beforeAll(async () => {
     backend = await startBackend({
@@ -84,7 +87,7 @@ function collect(): void {
   gc();
 }
 
-describe('overload at several times capacity', () => {
+describe.skipIf(!tiny.path)(`overload at several times capacity${tiny.skipped}`, () => {
   let backend: TestBackend;
   // Capacity 8 (4 running + 4 queued); bursts of 100 simultaneous requests.
   beforeAll(async () => {

@@ -6,8 +6,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.js';
 import { type TextEvent, TextGenerator } from '../src/engine/text-generation.js';
 import { Tokenizer } from '../src/model/tokenizer.js';
-import { modelPath } from './support/models.js';
+import { modelPath, optionalModel } from './support/models.js';
 import { copyTinystories, editJson, TempDirs } from './support/temp-model.js';
+
+const tiny = optionalModel('tinystories-656k');
 
 let generator: TextGenerator;
 beforeAll(async () => {
@@ -22,7 +24,7 @@ afterAll(() => generator.engine.close());
 const greedy = { temperature: 0, maxTokens: 60, ignoreEos: true };
 const PROMPT = 'Once upon a time, there was a little dog named';
 
-describe('text generation', () => {
+describe.skipIf(!tiny.path)(`text generation${tiny.skipped}`, () => {
   it('streams deltas whose concatenation is the decoded output', async () => {
     const { text, tokenIds, done } = await generator.complete({ prompt: PROMPT, params: greedy });
     expect(tokenIds).toHaveLength(60);
@@ -103,7 +105,7 @@ describe('text generation', () => {
   });
 });
 
-describe("end-of-generation ids beyond the engine's own", () => {
+describe.skipIf(!tiny.path)(`end-of-generation ids beyond the engine's own${tiny.skipped}`, () => {
   const dirs = new TempDirs();
   let withEnd: TextGenerator;
   /** A token of the greedy output, not its first: made the tokenizer's eos_token below. */

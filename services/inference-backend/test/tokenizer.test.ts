@@ -5,8 +5,11 @@ import tokenizers from 'tokenizers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ModelError } from '../src/model/errors.js';
 import { Tokenizer } from '../src/model/tokenizer.js';
-import { modelPath } from './support/models.js';
+import { modelPath, optionalModel } from './support/models.js';
 import { convertedLlama2Tokenizer, copyTinystories, editJson, TempDirs } from './support/temp-model.js';
+
+const tiny = optionalModel('tinystories-656k');
+const llama2Tokenizer = optionalModel('llama2-tokenizer');
 
 const dirs = new TempDirs();
 afterAll(() => dirs.removeAll());
@@ -15,7 +18,7 @@ afterAll(() => dirs.removeAll());
 const STORY = 'Once upon a time, there was a cat.';
 const STORY_IDS = [80, 147, 201, 282, 215, 286, 476, 10];
 
-describe('Tokenizer on tinystories-656k', () => {
+describe.skipIf(!tiny.path)(`Tokenizer on tinystories-656k${tiny.skipped}`, () => {
   let tok: Tokenizer;
   beforeAll(async () => {
     tok = await Tokenizer.load(modelPath('tinystories-656k'));
@@ -60,7 +63,7 @@ describe('Tokenizer on tinystories-656k', () => {
   });
 });
 
-describe('Tokenizer BOS/EOS per the configs', () => {
+describe.skipIf(!tiny.path)(`Tokenizer BOS/EOS per the configs${tiny.skipped}`, () => {
   it('follows add_bos_token: false and add_eos_token: true in tokenizer_config.json', async () => {
     const dir = await copyTinystories(dirs);
     await editJson(dir, 'tokenizer_config.json', (j) => ({
@@ -88,38 +91,41 @@ describe('Tokenizer BOS/EOS per the configs', () => {
   });
 });
 
-describe('Tokenizer on the converted Llama 2 vocabulary (byte fallback)', () => {
-  let tok: Tokenizer;
-  beforeAll(async () => {
-    tok = await Tokenizer.load(await convertedLlama2Tokenizer(dirs));
-  });
+describe.skipIf(!llama2Tokenizer.path)(
+  `Tokenizer on the converted Llama 2 vocabulary (byte fallback)${llama2Tokenizer.skipped}`,
+  () => {
+    let tok: Tokenizer;
+    beforeAll(async () => {
+      tok = await Tokenizer.load(await convertedLlama2Tokenizer(dirs));
+    });
 
-  it('marks exactly the 256 <0xNN> pieces (ids 3..258) as byte fallback', () => {
-    const bytes = Array.from({ length: 32000 }, (_, id) => id).filter((id) => tok.isByteFallback(id));
-    expect(bytes).toEqual(Array.from({ length: 256 }, (_, i) => i + 3));
-    expect(tok.piece(3 + 0xe2)).toBe('<0xE2>');
-  });
+    it('marks exactly the 256 <0xNN> pieces (ids 3..258) as byte fallback', () => {
+      const bytes = Array.from({ length: 32000 }, (_, id) => id).filter((id) => tok.isByteFallback(id));
+      expect(bytes).toEqual(Array.from({ length: 256 }, (_, i) => i + 3));
+      expect(tok.piece(3 + 0xe2)).toBe('<0xE2>');
+    });
 
-  it('decodes one- and two-id windows (memoized) exactly as the binding does, cached or not', async () => {
-    const hf = tokenizers.Tokenizer.fromFile(
-      path.join(await convertedLlama2Tokenizer(dirs), 'tokenizer.json'),
-    );
-    const rand = seededRandom(11);
-    // Half of the ids are byte pieces, so byte runs and invalid UTF-8 are in the mix.
-    const id = () => (rand() < 0.5 ? 3 + Math.floor(rand() * 256) : Math.floor(rand() * 32000));
-    const windows = Array.from({ length: 400 }, () => (rand() < 0.3 ? [id()] : [id(), id()]));
-    for (const ids of [...windows, ...windows]) {
-      expect(tok.decode(ids, { skipSpecialTokens: false }), `ids ${ids}`).toBe(await hf.decode(ids, false));
-    }
-    expect(tok.decode([32000], { skipSpecialTokens: false })).toBe('');
-    expect(tok.decode([29871, -1], { skipSpecialTokens: false })).toBe(await hf.decode([29871], false));
-  });
+    it('decodes one- and two-id windows (memoized) exactly as the binding does, cached or not', async () => {
+      const hf = tokenizers.Tokenizer.fromFile(
+        path.join(await convertedLlama2Tokenizer(dirs), 'tokenizer.json'),
+      );
+      const rand = seededRandom(11);
+      // Half of the ids are byte pieces, so byte runs and invalid UTF-8 are in the mix.
+      const id = () => (rand() < 0.5 ? 3 + Math.floor(rand() * 256) : Math.floor(rand() * 32000));
+      const windows = Array.from({ length: 400 }, () => (rand() < 0.3 ? [id()] : [id(), id()]));
+      for (const ids of [...windows, ...windows]) {
+        expect(tok.decode(ids, { skipSpecialTokens: false }), `ids ${ids}`).toBe(await hf.decode(ids, false));
+      }
+      expect(tok.decode([32000], { skipSpecialTokens: false })).toBe('');
+      expect(tok.decode([29871, -1], { skipSpecialTokens: false })).toBe(await hf.decode([29871], false));
+    });
 
-  it('encodes an emoji as its four UTF-8 bytes and decodes it back', async () => {
-    // '▁' (29871), then F0 9F 98 80 as byte pieces 3 + byte.
-    const ids = await tok.encode('😀', { addSpecialTokens: false });
-    expect(ids).toEqual([29871, 3 + 0xf0, 3 + 0x9f, 3 + 0x98, 3 + 0x80]);
-    expect(tok.decode(ids)).toBe('😀');
-    expect(await tok.encode('😀')).toEqual([1, ...ids]);
-  });
-});
+    it('encodes an emoji as its four UTF-8 bytes and decodes it back', async () => {
+      // '▁' (29871), then F0 9F 98 80 as byte pieces 3 + byte.
+      const ids = await tok.encode('😀', { addSpecialTokens: false });
+      expect(ids).toEqual([29871, 3 + 0xf0, 3 + 0x9f, 3 + 0x98, 3 + 0x80]);
+      expect(tok.decode(ids)).toBe('😀');
+      expect(await tok.encode('😀')).toEqual([1, ...ids]);
+    });
+  },
+);

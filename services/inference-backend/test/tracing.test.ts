@@ -5,9 +5,12 @@ import { startTelemetry } from '@strata/common';
 import { startOtlpReceiver } from '@strata/common/testing';
 import { describe, expect, it } from 'vitest';
 import { json } from './support/backend.js';
+import { optionalModel } from './support/models.js';
 import { startObservedBackend } from './support/observed-backend.js';
 
-describe('tracing', () => {
+const tiny = optionalModel('tinystories-656k');
+
+describe.skipIf(!tiny.path)(`tracing${tiny.skipped}`, () => {
   it('exports a span per request, child of the incoming traceparent, with queue/first token events', async () => {
     const receiver = await startOtlpReceiver();
     const telemetry = startTelemetry({ serviceName: 'inference-backend', endpoint: receiver.url });

@@ -9,6 +9,9 @@ import { generateRequestSchema } from '@strata/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { percentile, roundConcurrencies } from '../src/cli/warmup.js';
 import { startBackend, type TestBackend } from './support/backend.js';
+import { optionalModel } from './support/models.js';
+
+const tiny = optionalModel('tinystories-656k');
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const cli = join(root, 'dist', 'cli', 'warmup.js');
@@ -33,15 +36,16 @@ function warmup(args: string[]): Promise<{ code: number | null; out: string; err
   });
 }
 
-let backend: TestBackend;
-beforeAll(async () => {
-  backend = await startBackend({ STRATA_WARMUP: 'false' });
-});
-afterAll(() => backend.close());
-
 const quick = ['--requests', '6', '--concurrency', '4', '--max-tokens', '8', '--timeout-s', '15'];
 
-describe('strata-warmup', () => {
+describe.skipIf(!tiny.path)(`strata-warmup${tiny.skipped}`, () => {
+  // Started here, not for the whole file: the tests below this block need no model.
+  let backend: TestBackend;
+  beforeAll(async () => {
+    backend = await startBackend({ STRATA_WARMUP: 'false' });
+  });
+  afterAll(() => backend.close());
+
   it('exits 0 when the last round p90 TTFT is under a generous bound', async () => {
     const r = await warmup([
       '--url',

@@ -2,16 +2,20 @@
 // queues a burst; a backend with a KV pool for barely one full-length sequence preempts under a
 // burst of long prompts; both go idle when the burst ends. States are read from each sidecar's
 // /metrics, polled until they appear: nothing here depends on how fast the engine is.
+import { optionalTestModel } from '@strata/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from './support/prometheus.js';
 import {
   type LoggedService,
+  MODEL,
   modelDir,
   postJson,
   randomTokens,
   saturationState,
   startLogged,
 } from './support/stack.js';
+
+const tiny = optionalTestModel(MODEL);
 
 interface Burst {
   /** Stops issuing requests and resolves with the last event of every request sent. */
@@ -74,7 +78,7 @@ afterAll(async () => {
   await Promise.all([queuedSidecar, tightSidecar, queued, tight].map((s) => s?.stop()));
 });
 
-describe('saturation diagnosis on the CPU engine', () => {
+describe.skipIf(!tiny.path)(`saturation diagnosis on the CPU engine${tiny.skipped}`, () => {
   it('starts idle, reads queueing and memory pressure under bursts, and idle after them', async () => {
     for (const s of [queuedSidecar, tightSidecar]) {
       await waitFor(`${s.name} idle`, async () => (await saturationState(s.url)) === 'idle');

@@ -7,12 +7,15 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import type { Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { optionalTestModel } from '@strata/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFailingBackend } from './support/failing-backend.js';
 import { printingNvidiaSmi } from './support/fake-nvidia-smi.js';
 import { freePort, type Prometheus, startPrometheus, waitFor } from './support/prometheus.js';
 import { dashboardQueries, RULE_FILES, ruleQueries, type ShippedQuery } from './support/queries.js';
 import { type LoggedService, MODEL, modelDir, postJson, randomTokens, startLogged } from './support/stack.js';
+
+const tiny = optionalTestModel(MODEL);
 
 const ACME_KEY = 'acme-test-key';
 const TINY_KEY = 'tiny-test-key';
@@ -188,7 +191,7 @@ async function emptyQueries(queries: ShippedQuery[]): Promise<string[]> {
   return empty;
 }
 
-describe('observability over a running stack', () => {
+describe.skipIf(!tiny.path)(`observability over a running stack${tiny.skipped}`, () => {
   it('answers every dashboard query and every rule with data after a short load', async () => {
     // Labelled series are born at their first event; a rate needs that first value scraped
     // before the next events. So: one round, a scrape that holds its series, a second round.

@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createMetrics, loadConfig, Readiness } from '@strata/common';
-import { SpawnedRedis } from '@strata/common/testing';
+import { optionalTestModel, SpawnedRedis } from '@strata/common/testing';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
@@ -13,6 +13,8 @@ import { configEnv, configSchema } from '../src/config.js';
 import { buildRouterParts, type RouterParts } from '../src/wiring.js';
 import { type BackendProcess, startBackendProcess, waitReady } from './support/backend-process.js';
 import { captureLogger } from './support/log.js';
+
+const tiny = optionalTestModel('tinystories-656k');
 
 interface Router {
   url: string;
@@ -63,8 +65,9 @@ async function startRouter(
 }
 
 const backends: Record<string, BackendProcess> = {};
-const dir = mkdtempSync(join(tmpdir(), 'strata-router-e2e-'));
-const routesFile = join(dir, 'routes.yaml');
+// Made in beforeAll, so a run that skips every test (no model) leaves no temp dir behind.
+let dir: string;
+let routesFile: string;
 
 function routes(tenantPool: string): string {
   const b = (name: string) => `{ name: ${name}, url: "${backends[name]?.url}" }`;
@@ -83,6 +86,8 @@ default: { pool: both }
 
 let router: Router;
 beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'strata-router-e2e-'));
+  routesFile = join(dir, 'routes.yaml');
   const results = await Promise.allSettled([
     startBackendProcess('b1'),
     startBackendProcess('b2'),
@@ -111,7 +116,7 @@ const generate = (base: string, headers: Record<string, string> = {}, body: Reco
     body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 4, ...body }),
   });
 
-describe('router', () => {
+describe.skipIf(!tiny.path)(`router${tiny.skipped}`, () => {
   it('routes by tenant and header as the rules say, and logs each decision', async () => {
     const acme = await generate(router.url, { 'x-strata-tenant': 'acme', 'x-request-id': 'req-acme' });
     expect(acme.status).toBe(200);
@@ -185,7 +190,7 @@ describe('router', () => {
   });
 });
 
-describe('router with two replicas sharing Redis', () => {
+describe.skipIf(!tiny.path)(`router with two replicas sharing Redis${tiny.skipped}`, () => {
   it('keeps sessions across replicas, and keeps routing when Redis stops', async () => {
     const redis = await SpawnedRedis.start();
     const env = { STRATA_ROUTES_FILE: routesFile, REDIS_URL: redis.url };
@@ -216,7 +221,7 @@ describe('router with two replicas sharing Redis', () => {
   });
 });
 
-describe('router when a backend dies', () => {
+describe.skipIf(!tiny.path)(`router when a backend dies${tiny.skipped}`, () => {
   it('serves from the next candidate when the first dies before its first byte, and sends a clean error after it', async () => {
     const b3 = await startBackendProcess('b3', { STRATA_ENGINE_THREADS: '1' });
     const b4 = await startBackendProcess('b4');
