@@ -105,17 +105,26 @@ const QuantKernels& portable_quant_kernels() {
   return kernels;
 }
 
+#if defined(STRATA_HAVE_AVX2_KERNELS)
+// What the x86 kernels need of the CPU (every AVX2 CPU has FMA and F16C, but a VM can hide them).
+static bool cpu_runs_avx2() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+#if defined(STRATA_HAVE_AVX512VNNI_KERNELS)
+static bool cpu_runs_avx512vnni() {
+  return cpu_runs_avx2() && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
+#endif
+#endif
+
 const QuantKernels& quant_kernels() {
   const std::string_view forced = std::getenv("STRATA_CPU_KERNELS") ? std::getenv("STRATA_CPU_KERNELS") : "";
   if (forced == "portable") return portable_quant_kernels();
 #if defined(STRATA_HAVE_AVX2_KERNELS)
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #if defined(STRATA_HAVE_AVX512VNNI_KERNELS)
-  if (avx2 && forced != "avx2" && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
-    return avx512vnni_quant_kernels();
-  }
+  if (forced != "avx2" && cpu_runs_avx512vnni()) return avx512vnni_quant_kernels();
 #endif
-  if (avx2) return avx2_quant_kernels();
+  if (cpu_runs_avx2()) return avx2_quant_kernels();
 #endif
   return portable_quant_kernels();
 }
@@ -123,12 +132,10 @@ const QuantKernels& quant_kernels() {
 std::vector<const QuantKernels*> runnable_quant_kernels() {
   std::vector<const QuantKernels*> out = {&portable_quant_kernels()};
 #if defined(STRATA_HAVE_AVX2_KERNELS)
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    out.push_back(&avx2_quant_kernels());
+  if (cpu_runs_avx2()) out.push_back(&avx2_quant_kernels());
 #if defined(STRATA_HAVE_AVX512VNNI_KERNELS)
-    if (__builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) out.push_back(&avx512vnni_quant_kernels());
+  if (cpu_runs_avx512vnni()) out.push_back(&avx512vnni_quant_kernels());
 #endif
-  }
 #endif
   return out;
 }

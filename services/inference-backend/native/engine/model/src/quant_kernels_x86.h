@@ -13,13 +13,13 @@
 #include <cstring>
 
 #include "quant_kernels.h"
-#include "strata/float_convert.h"
 
 namespace strata {
 
 namespace {
 
-float fp16_round(float x) { return f16_to_f32(f32_to_f16(x)); }
+// Rounded to fp16 (to nearest even) and back: F16C, exact as f32_to_f16 / f16_to_f32.
+float fp16_round(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT)); }
 
 void quantize_avx2(const float* a, int64_t lda, int64_t k, bool q8_1, int64_t row_begin, int64_t row_end, ActBlock* acts) {
   const int64_t nb = k / kQuantBlock;
@@ -73,25 +73,32 @@ inline float hsum(__m256 x) {
   return _mm_cvtss_f32(t);
 }
 
-// One weight block as 32 int8 lanes in element order (4-bit: low nibbles, then high nibbles).
+// One weight block: 32 int8 lanes in element order (4-bit: low nibbles, then high nibbles), its
+// scale d and (Q4_1) min m. F16C widens the fp16 values exactly, as f16_to_f32 does.
+struct WeightBlock {
+  __m256i q;
+  float d;
+  float m;
+};
+
+inline float half_to_float(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
 template <QuantType T>
-inline __m256i load_weights(const uint8_t* block, float* d, float* m) {
+inline WeightBlock load_weights(const uint8_t* block) {
   if constexpr (T == QuantType::Q8_0) {
-    uint16_t h;
-    std::memcpy(&h, block, 2);
-    *d = f16_to_f32(h);
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+    return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2)), half_to_float(block), 0.0f};
   } else {
     constexpr int kHeader = T == QuantType::Q4_0 ? 2 : 4;
-    uint16_t h[2] = {0, 0};
-    std::memcpy(h, block, kHeader);
-    *d = f16_to_f32(h[0]);
-    *m = f16_to_f32(h[1]);
+    const float m = T == QuantType::Q4_1 ? half_to_float(block + 2) : 0.0f;
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + kHeader));
     const __m128i low_mask = _mm_set1_epi8(0x0F);
-    const __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low_mask), _mm_and_si128(packed, low_mask));
-    if constexpr (T == QuantType::Q4_0) return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
-    return nibbles;
+    __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low_mask), _mm_and_si128(packed, low_mask));
+    if constexpr (T == QuantType::Q4_0) nibbles = _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
+    return {nibbles, half_to_float(block), m};
   }
 }
 
@@ -115,30 +122,35 @@ void tile(const QuantGemmArgs& g, const ActBlock* acts, int64_t nb, int64_t i0, 
   constexpr int64_t kBlockBytes = T == QuantType::Q8_0 ? 34 : T == QuantType::Q4_0 ? 18 : 20;
   __m256 acc[MR][NR];
   float mins[MR][NR];
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
       acc[i][j] = _mm256_setzero_ps();
       mins[i][j] = 0.0f;
     }
-  const uint8_t* rows[NR];
-  for (int j = 0; j < NR; ++j) rows[j] = g.w->row(j0 + j);
-  const ActBlock* arow[MR];
-  for (int i = 0; i < MR; ++i) arow[i] = acts + (i0 + i) * nb;
+  const uint8_t* w0 = g.w->row(j0);
+  const int64_t row_bytes = nb * kBlockBytes;
+  const ActBlock* a0 = acts + i0 * nb;
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i w[NR];
-    float d[NR], m[NR];
-    for (int j = 0; j < NR; ++j) w[j] = load_weights<T>(rows[j] + b * kBlockBytes, &d[j], &m[j]);
+    WeightBlock w[NR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) w[j] = load_weights<T>(w0 + j * row_bytes + b * kBlockBytes);
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      const ActBlock& a = arow[i][b];
+      const ActBlock& a = a0[i * nb + b];
       const __m256i aq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
+#pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) {
-        acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(d[j] * a.d), dot_lanes<T>(w[j], aq), acc[i][j]);
-        if constexpr (T == QuantType::Q4_1) mins[i][j] = std::fma(m[j], a.s, mins[i][j]);
+        acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(w[j].d * a.d), dot_lanes<T>(w[j].q, aq), acc[i][j]);
+        if constexpr (T == QuantType::Q4_1) mins[i][j] = std::fma(w[j].m, a.s, mins[i][j]);
       }
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
     float* c = g.c + (i0 + i) * g.ldc + j0;
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
       float sum = hsum(acc[i][j]);
       if constexpr (T == QuantType::Q4_1) sum = sum + mins[i][j];
@@ -148,25 +160,45 @@ void tile(const QuantGemmArgs& g, const ActBlock* acts, int64_t nb, int64_t i0, 
   }
 }
 
+// One activation row (decode) takes 4 weight rows at a time, for independent chains; more rows
+// take 2. The 256-bit AVX-512 build has 32 vector registers, room for 4 x 4 tiles.
+#if defined(STRATA_QUANT_VNNI)
+constexpr int kWideNR = 4;
+#else
+constexpr int kWideNR = 2;
+#endif
+
+// Weight rows [n_begin, n_end) against activation rows [i_begin, i_end) in MR-row tiles.
 template <QuantType T, int MR>
-void row_tiles(const QuantGemmArgs& g, const ActBlock* acts, int64_t nb, int64_t i0, int64_t n_begin, int64_t n_end) {
-  constexpr int NR = MR == 1 ? 4 : 2;  // one row (decode): more weight rows for independent chains
+void row_tiles(const QuantGemmArgs& g, const ActBlock* acts, int64_t nb, int64_t i_begin, int64_t i_end, int64_t n_begin,
+               int64_t n_end) {
+  constexpr int NR = MR == 1 ? 4 : kWideNR;
   int64_t j = n_begin;
-  for (; j + NR <= n_end; j += NR) tile<T, MR, NR>(g, acts, nb, i0, j);
-  for (; j < n_end; ++j) tile<T, MR, 1>(g, acts, nb, i0, j);
+  for (; j + NR <= n_end; j += NR) {
+    int64_t i = i_begin;
+    for (; i + MR <= i_end; i += MR) tile<T, MR, NR>(g, acts, nb, i, j);
+  }
+  for (; j < n_end; ++j)
+    for (int64_t i = i_begin; i + MR <= i_end; i += MR) tile<T, MR, 1>(g, acts, nb, i, j);
 }
 
+// Weight rows in panels of kPanel, each panel against every activation row while it is in L1
+// (a panel of Q4_1 rows of k = 1536 is 15 KB), the activations (m x k/32 blocks) from L2.
 template <QuantType T>
 void gemm_type(const QuantGemmArgs& g, const ActBlock* acts, int64_t n_begin, int64_t n_end) {
   const int64_t nb = g.w->cols / kQuantBlock;
   constexpr int kMR = 4;
-  int64_t i = 0;
-  for (; i + kMR <= g.m; i += kMR) row_tiles<T, kMR>(g, acts, nb, i, n_begin, n_end);
-  switch (g.m - i) {
-    case 1: row_tiles<T, 1>(g, acts, nb, i, n_begin, n_end); break;
-    case 2: row_tiles<T, 2>(g, acts, nb, i, n_begin, n_end); break;
-    case 3: row_tiles<T, 3>(g, acts, nb, i, n_begin, n_end); break;
-    default: break;
+  constexpr int64_t kPanel = 16;
+  const int64_t full = g.m / kMR * kMR;
+  for (int64_t p = n_begin; p < n_end; p += kPanel) {
+    const int64_t p_end = std::min(n_end, p + kPanel);
+    if (full > 0) row_tiles<T, kMR>(g, acts, nb, 0, full, p, p_end);
+    switch (g.m - full) {
+      case 1: row_tiles<T, 1>(g, acts, nb, full, g.m, p, p_end); break;
+      case 2: row_tiles<T, 2>(g, acts, nb, full, g.m, p, p_end); break;
+      case 3: row_tiles<T, 3>(g, acts, nb, full, g.m, p, p_end); break;
+      default: break;
+    }
   }
 }
 
