@@ -2,7 +2,8 @@
 // batch sizes and prefill tokens/s, with contiguous block tables. Prints a table; --json adds
 // one JSON object on the last line for scripts.
 //
-//   bench_cpu_forward [--model DIR | --dummy PRESET] [--threads N] [--steps N] [--json]
+//   bench_cpu_forward [--model DIR | --dummy PRESET] [--threads N] [--steps N] [--batches 1,8,32,128]
+//                     [--no-prefill] [--json]
 //   DIR defaults to $STRATA_MODELS_DIR/tinystories-656k.
 #include <algorithm>
 #include <chrono>
@@ -98,7 +99,8 @@ Result bench_prefill(CpuBackend& backend, int32_t batch, int32_t prompt_len, int
 int main(int argc, char** argv) {
   std::string model_dir, dummy;
   int32_t threads = 0, steps = 64;
-  bool json = false;
+  bool json = false, prefill = true;
+  std::vector<int32_t> batches = {1, 8, 32, 128};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -106,9 +108,25 @@ int main(int argc, char** argv) {
     else if (arg == "--dummy" && has_value) dummy = argv[++i];
     else if (arg == "--threads" && has_value) threads = std::atoi(argv[++i]);
     else if (arg == "--steps" && has_value) steps = std::max(1, std::atoi(argv[++i]));
+    else if (arg == "--batches" && has_value) {
+      batches.clear();
+      for (const char* p = argv[++i]; *p != '\0';) {
+        char* end = nullptr;
+        const long b = std::strtol(p, &end, 10);
+        if (end == p || b < 1 || b > 128) {
+          std::fprintf(stderr, "--batches: a comma-separated list of batch sizes from 1 to 128\n");
+          return 2;
+        }
+        batches.push_back(static_cast<int32_t>(b));
+        p = *end == ',' ? end + 1 : end;
+      }
+    } else if (arg == "--no-prefill") prefill = false;
     else if (arg == "--json") json = true;
     else {
-      std::fprintf(stderr, "usage: %s [--model DIR | --dummy PRESET] [--threads N] [--steps N] [--json]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--model DIR | --dummy PRESET] [--threads N] [--steps N] [--batches 1,8,32,128] [--no-prefill] "
+                   "[--json]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -125,15 +143,16 @@ int main(int argc, char** argv) {
     std::unique_ptr<CpuBackend> backend =
         dummy.empty() ? std::make_unique<CpuBackend>(model_dir, CpuBackendOptions{threads})
                       : std::make_unique<CpuBackend>(preset_model_config(dummy), 1, CpuBackendOptions{threads});
-    const std::vector<int32_t> batches = {1, 8, 32, 128};
     const int32_t blocks_per_seq = (kDecodePrompt + steps + 4 + kBlockSize - 1) / kBlockSize;
     backend->allocate_kv(std::max(128 * blocks_per_seq, 8 * (512 / kBlockSize)), kBlockSize);
 
     std::vector<Result> results;
     for (int32_t batch : batches) results.push_back(bench_decode(*backend, batch, steps));
-    results.push_back(bench_prefill(*backend, 1, 128, 20));
-    results.push_back(bench_prefill(*backend, 1, 512, 5));
-    results.push_back(bench_prefill(*backend, 8, 128, 5));
+    if (prefill) {
+      results.push_back(bench_prefill(*backend, 1, 128, 20));
+      results.push_back(bench_prefill(*backend, 1, 512, 5));
+      results.push_back(bench_prefill(*backend, 8, 128, 5));
+    }
 
     const std::string name = dummy.empty() ? model_dir : "dummy " + dummy;
     std::printf("CPU backend forward, %s, %d threads, %s kernels, block size %d, decode context %d..%d\n", name.c_str(),

@@ -157,6 +157,9 @@ std::string describe_weights(const ModelWeights& weights) {
 
 }  // namespace
 
+// Tokens per slice of the MLP (see forward()).
+constexpr int64_t kMlpChunk = 256;
+
 struct CpuBackend::Impl {
   ModelConfig config;
   std::string weights_format;      // describe_weights()
@@ -179,8 +182,8 @@ struct CpuBackend::Impl {
   std::vector<float> normed;     // (tokens, hidden)
   std::vector<float> qkv;        // (tokens, qkv_dim)
   std::vector<float> attn;       // (tokens, q_dim)
-  std::vector<float> gate_up;    // (tokens, 2 * intermediate)
-  std::vector<float> act;        // (tokens, intermediate)
+  std::vector<float> gate_up;    // (min(tokens, kMlpChunk), 2 * intermediate)
+  std::vector<float> act;        // (min(tokens, kMlpChunk), intermediate)
   std::vector<float> cos, sin;   // (tokens, head_dim / 2)
   std::vector<int32_t> positions;            // (tokens)
   std::vector<const int32_t*> token_tables;  // (tokens) the block table of each token's slice
@@ -330,8 +333,11 @@ struct CpuBackend::Impl {
     grow(normed, config.hidden_size);
     grow(qkv, qkv_dim);
     grow(attn, q_dim);
-    grow(gate_up, 2 * int64_t{config.intermediate_size});
-    grow(act, config.intermediate_size);
+    const int64_t mlp_rows = std::min(tokens, kMlpChunk);
+    if (static_cast<int64_t>(gate_up.size()) < mlp_rows * 2 * config.intermediate_size)
+      gate_up.resize(static_cast<size_t>(mlp_rows * 2 * config.intermediate_size));
+    if (static_cast<int64_t>(act.size()) < mlp_rows * config.intermediate_size)
+      act.resize(static_cast<size_t>(mlp_rows * config.intermediate_size));
     grow(cos, rope.half_dim());
     grow(sin, rope.half_dim());
   }
@@ -380,14 +386,19 @@ struct CpuBackend::Impl {
       for_rows(tokens, hidden, [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) rms_norm(x.data() + t * hidden, layer.post_norm, normed.data() + t * hidden);
       });
-      gemm(normed.data(), tokens, layer.gate_up, gate_up.data(), {}, false);
-      for_rows(tokens, 2 * inter, [&](int64_t begin, int64_t end) {
-        for (int64_t t = begin; t < end; ++t) {
-          const float* g = gate_up.data() + t * 2 * inter;
-          kernels.silu_mul(g, g + inter, act.data() + t * inter, inter);
-        }
-      });
-      gemm(act.data(), tokens, layer.down, x.data(), {}, true);
+      // The MLP in slices of kMlpChunk tokens: its (tokens, 3 * intermediate) scratch would be the
+      // largest buffer of a long prefill, and each row's result is the same either way.
+      for (int64_t c = 0; c < tokens; c += kMlpChunk) {
+        const int64_t rows = std::min(kMlpChunk, tokens - c);
+        gemm(normed.data() + c * hidden, rows, layer.gate_up, gate_up.data(), {}, false);
+        for_rows(rows, 2 * inter, [&](int64_t begin, int64_t end) {
+          for (int64_t t = begin; t < end; ++t) {
+            const float* g = gate_up.data() + t * 2 * inter;
+            kernels.silu_mul(g, g + inter, act.data() + t * inter, inter);
+          }
+        });
+        gemm(act.data(), rows, layer.down, x.data() + c * hidden, {}, true);
+      }
     }
 
     if (logit_rows.empty()) return;

@@ -252,6 +252,16 @@ TEST_CASE("cpu backend: chunking, batching, block placement and threads do not c
   CHECK(run_prefill(two, scattered, 6) == alone);
 }
 
+TEST_CASE("cpu backend: a prefill longer than the MLP's token slice gives the same logits as a chunked one") {
+  ModelConfig c = small_config("LlamaForCausalLM");
+  c.max_position_embeddings = 1024;
+  CpuBackend backend(c, 4, CpuBackendOptions{2});
+  backend.allocate_kv(160, 4);
+  const std::vector<Seq> seqs = {{test_tokens(600, 9, c.vocab_size), contiguous_table(0, 150)}};
+  const std::vector<std::vector<float>> in_steps = run_prefill(backend, seqs, 100);  // 100 tokens a forward
+  CHECK(run_prefill(backend, seqs, 600) == in_steps);                               // one forward, 3 MLP slices
+}
+
 TEST_CASE("cpu backend: copy_block duplicates a block's K and V in every layer") {
   ModelConfig c = small_config("LlamaForCausalLM");
   CpuBackend backend(c, 3, CpuBackendOptions{2});
