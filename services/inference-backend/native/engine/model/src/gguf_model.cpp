@@ -186,6 +186,7 @@ ModelWeights load_gguf_weights(const GgufFile& file, const ModelConfig& config) 
         std::memcpy(m.data.data() + r * row_bytes, t->data + from * row_bytes, static_cast<size_t>(row_bytes));
       }
       weights.quantized.emplace(slot.name, std::move(m));
+      file.release(*t);
       continue;
     }
     // fp32 (a bias or norm is one row of `cols`; a permuted bias is permuted element-wise).
@@ -200,6 +201,7 @@ ModelWeights load_gguf_weights(const GgufFile& file, const ModelConfig& config) 
         std::copy(original.begin() + source_row[u] * unit, original.begin() + (source_row[u] + 1) * unit, out.begin() + u * unit);
       }
     }
+    file.release(*t);
   }
   for (const GgufTensor& t : file.tensors()) {
     if (used.count(t.name) == 0 && t.name != "rope_freqs.weight") {

@@ -71,6 +71,8 @@ class GgufFile {
 
   const GgufTensor* tensor(std::string_view name) const;
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
+  // Drops the tensor's resident pages once it has been copied out (MappedFile::release).
+  void release(const GgufTensor& t) const { file_->release(t.data, t.nbytes); }
 
  private:
   GgufFile() = default;

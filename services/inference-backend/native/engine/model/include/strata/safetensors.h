@@ -25,6 +25,9 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::filesystem::path& path() const { return path_; }
+  // Drops the resident pages wholly inside [p, p + n) once their bytes have been copied out, so
+  // loading does not hold the file and its copy at once; a later read maps them in again.
+  void release(const uint8_t* p, size_t n) const;
 
  private:
   std::filesystem::path path_;
