@@ -269,12 +269,12 @@ console.log(
   `\n${basename(model)} (${mib(fileBytes)} MiB), prompt ${pp}, ${tg} generated per sequence, ${cpus()[0]?.model ?? 'cpu'}; median of ${repeats} (min-max)`,
 );
 console.log(
-  `${'threads'.padEnd(8)}${'tokens/s'.padEnd(18)}${'strata'.padStart(22)}${'llama.cpp'.padStart(22)}${'ratio'.padStart(16)}`,
+  `${'threads'.padEnd(8)}${'tokens/s'.padEnd(18)}${'strata'.padStart(22)}${'llama.cpp'.padStart(22)}${'ratio'.padStart(24)}`,
 );
 const cell = (s) => `${s.median.toFixed(0)} (${s.min.toFixed(0)}-${s.max.toFixed(0)})`;
 for (const r of rows) {
   console.log(
-    `${String(r.threads).padEnd(8)}${`${r.what}, ${r.npl} seq`.padEnd(18)}${cell(r.strata).padStart(22)}${cell(r.llama).padStart(22)}${`${r.ratio.toFixed(2)}x (${r.ratio_range[0].toFixed(2)}-${r.ratio_range[1].toFixed(2)})`.padStart(16)}`,
+    `${String(r.threads).padEnd(8)}${`${r.what}, ${r.npl} seq`.padEnd(18)}${cell(r.strata).padStart(22)}${cell(r.llama).padStart(22)}${`${r.ratio.toFixed(2)}x (${r.ratio_range[0].toFixed(2)}-${r.ratio_range[1].toFixed(2)})`.padStart(24)}`,
   );
 }
 const kv = results.strata[threadCounts[0]][0].kv_bytes;
