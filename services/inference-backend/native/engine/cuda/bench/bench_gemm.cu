@@ -24,11 +24,13 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.cuh"
 #include "check_util.h"
 #include "strata/cuda_gemm.h"
 
 using namespace strata::cuda;
 using namespace strata::cuda::checks;
+using namespace strata::cuda::bench;
 
 namespace {
 
@@ -38,82 +40,6 @@ constexpr int kSamples = 25;
 constexpr int kEagerSamples = 10;
 constexpr double kGraphTargetUs = 2000.0;  // matmuls per graph: enough to make event resolution negligible
 constexpr int kMaxGraphIters = 256;
-
-__device__ __forceinline__ uint64_t mix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// Uniform in [-1, 1): like trained weights in sign and spread, never zero.
-__global__ void fill_uniform_bf16(__nv_bfloat16* out, size_t n, uint64_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const float u = float(mix64(seed ^ (i * 0xD1B54A32D192ED03ull)) >> 40) * (1.0f / 16777216.0f);
-    out[i] = __float2bfloat16(2.0f * u - 1.0f);
-  }
-}
-
-uint64_t bench_seed() {
-  static const uint64_t seed = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
-  return seed;
-}
-
-void fill(__nv_bfloat16* p, size_t n, uint64_t salt) {
-  fill_uniform_bf16<<<1024, 256>>>(p, n, bench_seed() ^ salt);
-  STRATA_CK(cudaGetLastError());
-}
-
-struct Events {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  Events() {
-    STRATA_CK(cudaEventCreate(&start));
-    STRATA_CK(cudaEventCreate(&stop));
-  }
-  ~Events() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-  }
-  float ms() const {
-    STRATA_CK(cudaEventSynchronize(stop));
-    float t = 0.0f;
-    STRATA_CK(cudaEventElapsedTime(&t, start, stop));
-    return t;
-  }
-};
-
-double median(std::vector<double> xs) {
-  std::sort(xs.begin(), xs.end());
-  const size_t h = xs.size() / 2;
-  return xs.size() % 2 ? xs[h] : 0.5 * (xs[h - 1] + xs[h]);
-}
-
-size_t round256(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-// Bytes moved per second by a large device-to-device copy (read + write).
-struct CopyResult {
-  double median_ms = 0, min_ms = 0, gbps = 0;
-};
-
-CopyResult measure_copy(cudaStream_t stream) {
-  DeviceBuffer<__nv_bfloat16> src(kCopyBytes / 2), dst(kCopyBytes / 2);
-  fill(src.ptr, src.count, 1);
-  STRATA_CK(cudaDeviceSynchronize());
-  Events ev;
-  for (int i = 0; i < 3; ++i) STRATA_CK(cudaMemcpyAsync(dst.ptr, src.ptr, kCopyBytes, cudaMemcpyDeviceToDevice, stream));
-  std::vector<double> ms;
-  for (int i = 0; i < kSamples; ++i) {
-    STRATA_CK(cudaEventRecord(ev.start, stream));
-    STRATA_CK(cudaMemcpyAsync(dst.ptr, src.ptr, kCopyBytes, cudaMemcpyDeviceToDevice, stream));
-    STRATA_CK(cudaEventRecord(ev.stop, stream));
-    ms.push_back(ev.ms());
-  }
-  CopyResult r;
-  r.median_ms = median(ms);
-  r.min_ms = *std::min_element(ms.begin(), ms.end());
-  r.gbps = 2.0 * double(kCopyBytes) / (r.median_ms * 1e-3) / 1e9;
-  return r;
-}
 
 struct GemmResult {
   std::string name, route;
@@ -244,7 +170,7 @@ int main(int argc, char** argv) {
     cudaStream_t stream = nullptr;
     STRATA_CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     Gemm gemm;
-    copy = measure_copy(stream);
+    copy = measure_copy(stream, kCopyBytes, kSamples);
     std::printf("copy: %.1f GB/s (median %.3f ms for %zu MiB read + written)\n", copy.gbps, copy.median_ms,
                 2 * kCopyBytes >> 20);
     peak = measure_gemm(gemm, "square", 8192, 8192, 8192, stream);

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.cuh"
 #include "check_util.h"
 #include "strata/cuda_gemm.h"
 #include "strata/cuda_quant.h"
@@ -33,6 +34,7 @@
 using namespace strata;
 using namespace strata::cuda;
 using namespace strata::cuda::checks;
+using namespace strata::cuda::bench;
 
 namespace {
 
@@ -46,35 +48,16 @@ struct Settings {
 };
 Settings settings;
 
-__device__ __forceinline__ uint64_t mix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 // Random words (the quant bytes), and fp16 values uniform in [-scale, scale) (the scales).
 __global__ void fill_words(uint32_t* out, size_t n, uint64_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    out[i] = uint32_t(mix64(seed ^ (i * 0xD1B54A32D192ED03ull)));
+    out[i] = uint32_t(random_bits(seed, i));
   }
 }
 __global__ void fill_halves(__half* out, size_t n, float scale, uint64_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const float u = float(mix64(seed ^ (i * 0xD1B54A32D192ED03ull)) >> 40) * (1.0f / 16777216.0f);
-    out[i] = __float2half_rn(scale * (2.0f * u - 1.0f));
+    out[i] = __float2half_rn(scale * (2.0f * random_unit(seed, i) - 1.0f));
   }
-}
-__global__ void fill_bf16(__nv_bfloat16* out, size_t n, uint64_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const float u = float(mix64(seed ^ (i * 0xD1B54A32D192ED03ull)) >> 40) * (1.0f / 16777216.0f);
-    out[i] = __float2bfloat16(2.0f * u - 1.0f);
-  }
-}
-
-uint64_t bench_seed() {
-  static const uint64_t seed = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
-  return seed;
 }
 
 // A quantized (n, k) matrix of random blocks, written straight in the GPU layout.
@@ -87,54 +70,6 @@ void fill_quant(QuantType type, int32_t n, int32_t k, uint8_t* p, uint64_t salt)
   fill_halves<<<1024, 256>>>(reinterpret_cast<__half*>(p + total - scale_bytes), size_t(scale_bytes) / 2, 0.05f,
                              bench_seed() ^ salt ^ 0x5555);
   STRATA_CK(cudaGetLastError());
-}
-
-void fill(__nv_bfloat16* p, size_t n, uint64_t salt) {
-  fill_bf16<<<1024, 256>>>(p, n, bench_seed() ^ salt);
-  STRATA_CK(cudaGetLastError());
-}
-
-struct Events {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  Events() {
-    STRATA_CK(cudaEventCreate(&start));
-    STRATA_CK(cudaEventCreate(&stop));
-  }
-  ~Events() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-  }
-  float ms() const {
-    STRATA_CK(cudaEventSynchronize(stop));
-    float t = 0.0f;
-    STRATA_CK(cudaEventElapsedTime(&t, start, stop));
-    return t;
-  }
-};
-
-double median(std::vector<double> xs) {
-  std::sort(xs.begin(), xs.end());
-  const size_t h = xs.size() / 2;
-  return xs.size() % 2 ? xs[h] : 0.5 * (xs[h - 1] + xs[h]);
-}
-
-size_t round256(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-double measure_copy_gbps(cudaStream_t stream) {
-  DeviceBuffer<__nv_bfloat16> src(settings.copy_bytes / 2), dst(settings.copy_bytes / 2);
-  fill(src.ptr, src.count, 1);
-  STRATA_CK(cudaDeviceSynchronize());
-  Events ev;
-  for (int i = 0; i < 3; ++i)
-    STRATA_CK(cudaMemcpyAsync(dst.ptr, src.ptr, settings.copy_bytes, cudaMemcpyDeviceToDevice, stream));
-  std::vector<double> ms;
-  for (int i = 0; i < settings.samples; ++i) {
-    STRATA_CK(cudaEventRecord(ev.start, stream));
-    STRATA_CK(cudaMemcpyAsync(dst.ptr, src.ptr, settings.copy_bytes, cudaMemcpyDeviceToDevice, stream));
-    STRATA_CK(cudaEventRecord(ev.stop, stream));
-    ms.push_back(ev.ms());
-  }
-  return 2.0 * double(settings.copy_bytes) / (median(ms) * 1e-3) / 1e9;
 }
 
 struct Timing {
@@ -315,7 +250,7 @@ int run(int argc, char** argv) {
 
   cudaStream_t stream = nullptr;
   STRATA_CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const double copy_gbps = measure_copy_gbps(stream);
+  const double copy_gbps = measure_copy(stream, settings.copy_bytes, settings.samples).gbps;
   std::printf("copy: %.1f GB/s (read + written)\n", copy_gbps);
   std::unique_ptr<Gemm> gemm;
   std::string library;

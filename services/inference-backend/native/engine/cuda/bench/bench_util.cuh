@@ -1,0 +1,102 @@
+// Shared by the GPU benchmarks (bench_*.cu): seeded random fills on the device, event timing,
+// the median, and the copy bandwidth that the weight-streaming kernels are measured against.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "check_util.h"
+
+namespace strata::cuda::bench {
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Element i's random bits, and a value uniform in [0, 1) from them.
+__device__ __forceinline__ uint64_t random_bits(uint64_t seed, size_t i) { return mix64(seed ^ (i * 0xD1B54A32D192ED03ull)); }
+__device__ __forceinline__ float random_unit(uint64_t seed, size_t i) {
+  return float(random_bits(seed, i) >> 40) * (1.0f / 16777216.0f);
+}
+
+// Uniform in [-1, 1): like trained weights in sign and spread, never zero.
+__global__ void fill_uniform_bf16(__nv_bfloat16* out, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    out[i] = __float2bfloat16(2.0f * random_unit(seed, i) - 1.0f);
+  }
+}
+
+// One seed per run (printed nowhere: benchmarks do not check values).
+inline uint64_t bench_seed() {
+  static const uint64_t seed = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  return seed;
+}
+
+inline void fill(__nv_bfloat16* p, size_t n, uint64_t salt) {
+  fill_uniform_bf16<<<1024, 256>>>(p, n, bench_seed() ^ salt);
+  STRATA_CK(cudaGetLastError());
+}
+
+struct Events {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  Events() {
+    STRATA_CK(cudaEventCreate(&start));
+    STRATA_CK(cudaEventCreate(&stop));
+  }
+  ~Events() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+  float ms() const {
+    STRATA_CK(cudaEventSynchronize(stop));
+    float t = 0.0f;
+    STRATA_CK(cudaEventElapsedTime(&t, start, stop));
+    return t;
+  }
+};
+
+inline double median(std::vector<double> xs) {
+  std::sort(xs.begin(), xs.end());
+  const size_t h = xs.size() / 2;
+  return xs.size() % 2 ? xs[h] : 0.5 * (xs[h - 1] + xs[h]);
+}
+
+inline size_t round256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Bytes moved per second by a large device-to-device copy (read + write): the practical memory
+// ceiling, measured in the same run as what is compared with it.
+struct CopyResult {
+  double median_ms = 0, min_ms = 0, gbps = 0;
+};
+
+inline CopyResult measure_copy(cudaStream_t stream, size_t bytes, int samples) {
+  checks::DeviceBuffer<__nv_bfloat16> src(bytes / 2), dst(bytes / 2);
+  fill(src.ptr, src.count, 1);
+  STRATA_CK(cudaDeviceSynchronize());
+  Events ev;
+  for (int i = 0; i < 3; ++i) STRATA_CK(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, stream));
+  std::vector<double> ms;
+  for (int i = 0; i < samples; ++i) {
+    STRATA_CK(cudaEventRecord(ev.start, stream));
+    STRATA_CK(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, stream));
+    STRATA_CK(cudaEventRecord(ev.stop, stream));
+    ms.push_back(ev.ms());
+  }
+  CopyResult r;
+  r.median_ms = median(ms);
+  r.min_ms = *std::min_element(ms.begin(), ms.end());
+  r.gbps = 2.0 * double(bytes) / (r.median_ms * 1e-3) / 1e9;
+  return r;
+}
+
+}  // namespace strata::cuda::bench
