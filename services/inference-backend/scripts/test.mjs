@@ -13,6 +13,12 @@ const ctest = run('ctest', [
   '--test-dir',
   join(root, 'build'),
   '--output-on-failure',
+  // ctest keeps only 1 KB of a passing test's output by default, which cuts off the executable's
+  // last line, "N passed, N failed, N skipped", that the test summary counts cases from.
+  '--test-output-size-passed',
+  '1048576',
+  '--test-output-size-failed',
+  '1048576',
   '--output-junit',
   join(root, 'reports', 'ctest.xml'),
 ]);
