@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Puts the GPU checks' models into .device-models/ (git-ignored), small enough to travel with a
 # device call (`carry: [".device-models"]`): tinystories-656k as it is, and stories260K
-# converted from its llama2.c checkpoint to a Hugging Face directory by our converter.
-#   STRATA_MODELS_DIR=../shared/models bash scripts/device/prepare-models.sh
+# converted from its llama2.c checkpoint to a Hugging Face directory by our converter (the
+# built dist/). gpu-plan.sh's backend step reads them from .device-models/.
+#   STRATA_MODELS_DIR=<folder holding tinystories-656k/ and stories260K/> bash scripts/device/prepare-models.sh
 set -euo pipefail
 : "${STRATA_MODELS_DIR:?set STRATA_MODELS_DIR to the folder holding tinystories-656k/ and stories260K/}"
 cd "$(dirname "$0")/../.."

@@ -17,18 +17,13 @@ find_nvcc() {
   done
 }
 
-# pip fetches the compiler wheels (STRATA_CUDA=off skips all of this: a CPU-only build).
-ensure_pip() {
-  python3 -m pip --version >/dev/null 2>&1 || apt_install_or_die "STRATA_CUDA=install (the CUDA compiler wheels)" python3-pip
-}
-
 # Prints the CUDA toolkit root to build against, or nothing for a CPU-only build.
 resolve_cuda_home() {
   local mode="${STRATA_CUDA:-auto}" nvcc
   [ "$mode" = off ] && return
   nvcc=$(find_nvcc)
   if [ -z "$nvcc" ] && [ "$mode" = install ]; then
-    ensure_pip
+    ensure_pip "STRATA_CUDA=install (the CUDA compiler wheels)"
     log "installing the CUDA 13 compiler from PyPI into .toolchain/cuda"
     python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$toolchain_dir/cuda" \
       "${STRATA_CUDA_WHEELS[@]}" >&2 || die "pip could not install the CUDA compiler wheels"

