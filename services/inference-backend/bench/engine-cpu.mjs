@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Benchmark: Strata's CPU engine (through N-API, as the service drives it) against Hugging
 // Face transformers on CPU, on the same model, prompts and threads, side by side in one run.
-//   STRATA_MODELS_DIR=../shared/models node bench/engine-cpu.mjs [--model DIR] [--new-tokens 128]
+//   STRATA_MODELS_DIR=/path/to/models node bench/engine-cpu.mjs [--model DIR] [--new-tokens 128]
 //     [--batches 1,8,32,128] [--repeats 3] [--threads N] [--skip-hf]
 // Prints a table and writes docs/benchmarks/engine-cpu.json. The HF side needs torch and
 // transformers: STRATA_BENCH_PYTHON names a python that has them, else a venv at
@@ -182,7 +182,7 @@ writeFileSync(
   join(outDir, 'engine-cpu.json'),
   `${JSON.stringify(
     {
-      command: 'STRATA_MODELS_DIR=../shared/models node services/inference-backend/bench/engine-cpu.mjs',
+      command: 'STRATA_MODELS_DIR=/path/to/models node services/inference-backend/bench/engine-cpu.mjs',
       date: new Date().toISOString(),
       machine: { cpu: cpus()[0]?.model, threads },
       model: modelDir.split('/').at(-1),

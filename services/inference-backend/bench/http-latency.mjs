@@ -9,7 +9,7 @@
 // concurrency: TTFT and ITL at the client next to the engine's, the ITL each token gained
 // ((client gap) - (engine gap)), the delivery latency (client - engine), the server's
 // event-loop delay p99 and the event loop's CPU per token.
-//   STRATA_MODELS_DIR=../shared/models node bench/http-latency.mjs [--model DIR]
+//   STRATA_MODELS_DIR=/path/to/models node bench/http-latency.mjs [--model DIR]
 //     [--concurrency 1,64,256] [--max-tokens 64] [--threads N] [--split] [--client node,native]
 // --split also times each socket write, splitting the delivery into server and transport.
 // Build first (pnpm build). Prints a table and writes docs/benchmarks/http-latency.json.
