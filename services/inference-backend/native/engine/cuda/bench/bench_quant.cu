@@ -214,19 +214,6 @@ Row measure_cublas(Gemm& gemm, const std::string& shape, int32_t m, int32_t n, i
   return r;
 }
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (const char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
 int run(int argc, char** argv) {
   require_device();
   cudaDeviceProp prop{};

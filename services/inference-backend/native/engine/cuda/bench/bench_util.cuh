@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "check_util.h"
@@ -69,6 +70,20 @@ inline double median(std::vector<double> xs) {
   std::sort(xs.begin(), xs.end());
   const size_t h = xs.size() / 2;
   return xs.size() % 2 ? xs[h] : 0.5 * (xs[h - 1] + xs[h]);
+}
+
+// A string as a JSON string's contents (the benchmarks' JSON names GPUs, routes and shapes).
+inline std::string json_escape(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
 }
 
 inline size_t round256(size_t bytes) { return (bytes + 255) / 256 * 256; }

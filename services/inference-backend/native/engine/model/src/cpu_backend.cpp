@@ -326,20 +326,18 @@ struct CpuBackend::Impl {
   }
 
   void reserve(int64_t tokens) {
-    const auto grow = [tokens](std::vector<float>& v, int64_t per_token) {
-      if (static_cast<int64_t>(v.size()) < tokens * per_token) v.resize(static_cast<size_t>(tokens * per_token));
+    const auto grow = [](std::vector<float>& v, int64_t rows, int64_t per_row) {
+      if (static_cast<int64_t>(v.size()) < rows * per_row) v.resize(static_cast<size_t>(rows * per_row));
     };
-    grow(x, config.hidden_size);
-    grow(normed, config.hidden_size);
-    grow(qkv, qkv_dim);
-    grow(attn, q_dim);
+    grow(x, tokens, config.hidden_size);
+    grow(normed, tokens, config.hidden_size);
+    grow(qkv, tokens, qkv_dim);
+    grow(attn, tokens, q_dim);
     const int64_t mlp_rows = std::min(tokens, kMlpChunk);
-    if (static_cast<int64_t>(gate_up.size()) < mlp_rows * 2 * config.intermediate_size)
-      gate_up.resize(static_cast<size_t>(mlp_rows * 2 * config.intermediate_size));
-    if (static_cast<int64_t>(act.size()) < mlp_rows * config.intermediate_size)
-      act.resize(static_cast<size_t>(mlp_rows * config.intermediate_size));
-    grow(cos, rope.half_dim());
-    grow(sin, rope.half_dim());
+    grow(gate_up, mlp_rows, 2 * int64_t{config.intermediate_size});
+    grow(act, mlp_rows, config.intermediate_size);
+    grow(cos, tokens, rope.half_dim());
+    grow(sin, tokens, rope.half_dim());
   }
 
   void forward(const StepBatch& batch, float* logits) {
