@@ -168,7 +168,7 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
     const r = spawnSync(shellcheck, ['-x', ...scripts], { cwd: repo, encoding: 'utf8' });
     expect(
       r.error,
-      'no shellcheck: `scripts/strata setup` installs it into .toolchain/shellcheck',
+      'no shellcheck: `scripts/strata test` installs it into .toolchain/shellcheck',
     ).toBeUndefined();
     expect(r.status, r.stdout + r.stderr).toBe(0);
   });
