@@ -3,12 +3,12 @@
 # under the repository's .toolchain/, once. Prints the path of its executable.
 set -euo pipefail
 version=4.32.5
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
-venv="$root/.toolchain/schemathesis-$version"
+STRATA_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
+source "$STRATA_ROOT/scripts/lib/toolchain.sh"
+venv="$toolchain_dir/schemathesis-$version"
 if [ ! -x "$venv/bin/schemathesis" ]; then
-  echo "[edge] installing schemathesis $version from PyPI into .toolchain/" >&2
   rm -rf "$venv"
-  python3 -m venv "$venv" >&2
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$version" >&2
+  install_step "schemathesis $version" "the edge's OpenAPI fuzz test (PyPI, into .toolchain/schemathesis-$version)" \
+    "$venv" python_venv_with "$venv" "schemathesis==$version"
 fi
 echo "$venv/bin/schemathesis"
