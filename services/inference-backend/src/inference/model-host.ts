@@ -63,6 +63,7 @@ export class ModelHost {
         this.state = 'warming up';
         this.readiness.set('warmup_done', false, 'running warmup requests');
         const report = await warmUp(this.runtime, this.logger);
+        this.fanout.warmupDone?.();
         this.readiness.set(
           'warmup_done',
           true,
@@ -94,7 +95,15 @@ export class ModelHost {
     forward: (tokens, seqs) => {
       for (const o of this.observers) if (o.forward) this.safely(() => o.forward?.(tokens, seqs));
     },
+    warmupDone: () => {
+      for (const o of this.observers) if (o.warmupDone) this.safely(() => o.warmupDone?.());
+    },
   };
+
+  /** True while the start-up warmup runs (its engine steps are not client traffic). */
+  get warmingUp(): boolean {
+    return this.state === 'warming up';
+  }
 
   private safely(fn: () => void): void {
     try {
@@ -107,7 +116,8 @@ export class ModelHost {
   /** One structured line per finished request (Loki): ids, token counts, timings in ms. */
   private logFinished(r: RequestRecord): void {
     const toMs = (s: number | undefined) => (s === undefined ? undefined : Math.round(s * 1e6) / 1e3);
-    this.logger.info(
+    // Warmup requests are summed up by 'warmup done'; one line each only at debug level.
+    this.logger[r.warmup ? 'debug' : 'info'](
       {
         request_id: r.requestId,
         tenant: r.tenant,
@@ -119,6 +129,7 @@ export class ModelHost {
         prefill_ms: toMs(r.prefillTime),
         decode_ms: toMs(r.decodeTime),
         finish_reason: r.finishReason,
+        ...(r.warmup ? { warmup: true } : {}),
       },
       'request finished',
     );

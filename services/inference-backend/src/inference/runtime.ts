@@ -24,10 +24,14 @@ export interface ExecuteRequest {
   traceparent?: string;
   /** Aborts the request (client gone); the deadline is added here. */
   signal?: AbortSignal;
+  /** The backend's own start-up traffic: kept out of the request metrics (see warmup.ts). */
+  warmup?: boolean;
 }
 
 /** What one finished request did, in seconds since its arrival unless noted. */
 export interface RequestRecord {
+  /** The backend's own start-up traffic, not a client's. */
+  warmup: boolean;
   requestId: string | undefined;
   tenant: string | undefined;
   promptTokens: number;
@@ -84,6 +88,8 @@ export interface RuntimeObserver {
   rejected(code: string): void;
   /** One engine step's forward pass: tokens computed (prefill chunks + decodes), sequences. */
   forward?(batchedTokens: number, batchedSeqs: number): void;
+  /** The start-up warmup is over: what the engine did until now was warmup, not client traffic. */
+  warmupDone?(): void;
 }
 
 export class InferenceRuntime {
@@ -259,6 +265,7 @@ export class InferenceRuntime {
     release: () => void,
   ): AsyncGenerator<TextEvent> {
     const record: RequestRecord = {
+      warmup: request.warmup === true,
       requestId: request.requestId,
       tenant: request.tenant,
       promptTokens: 0,

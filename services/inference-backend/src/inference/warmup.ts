@@ -1,5 +1,7 @@
 // Representative traffic before readiness: several prompt lengths, alone and in a batch, so
-// that code paths, thread pools and allocations are warm when the first client arrives.
+// that code paths, thread pools and allocations are warm when the first client arrives. Its
+// requests are marked `warmup`: the vllm:* request metrics leave them out, and they are counted
+// under strata_backend_warmup_* instead (observability/engine-metrics.ts).
 import type { Logger } from '@strata/common';
 import type { InferenceRuntime } from './runtime.js';
 
@@ -21,6 +23,7 @@ export async function warmUp(runtime: InferenceRuntime, logger: Logger): Promise
     for await (const _ of await runtime.start({
       prompt: ids,
       params: { maxTokens: 8, ignoreEos: true, temperature: 0 },
+      warmup: true,
     })) {
       // consume: the point is to run the engine
     }

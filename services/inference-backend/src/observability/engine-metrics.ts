@@ -6,6 +6,9 @@
 //    read from engine.stats() at scrape time, in prom-client collect(); totals become counters
 //    by adding the growth since the last scrape, so they never go down;
 //  - per-request timings and token counts come from the runtime's finished-request records.
+// The backend's start-up warmup is not client traffic: its requests, steps and engine totals
+// stay out of every vllm:* series (dashboards and KEDA read them) and are counted under
+// strata_backend_warmup_* instead.
 // Every series exists from the start with model_name set: before the model is loaded the
 // gauges read 0, the counters and histograms are 0 (no engine, no requests yet).
 import { Counter, Gauge, Histogram, type Registry } from '@strata/common';
@@ -74,7 +77,9 @@ export function registerEngineMetrics(
   gauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', (s) => s.numWaiting);
   gauge('vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', (s) => s.kvUsage);
 
-  // A counter fed from an engine total: adds what the total grew by since the last scrape.
+  // A counter fed from an engine total: adds what the total grew by since the last scrape,
+  // except during warmup; at its end the warmup's share becomes the starting point.
+  const skipWarmup: (() => void)[] = [];
   const totalCounter = (
     name: string,
     help: string,
@@ -90,11 +95,15 @@ export function registerEngineMetrics(
         const s = stats();
         if (!s) return;
         const total = read(s);
-        if (total > seen) this.inc(labels, total - seen);
+        if (total > seen && !host.warmingUp) this.inc(labels, total - seen);
         seen = total;
       },
     });
     counter.inc(labels, 0);
+    skipWarmup.push(() => {
+      const s = stats();
+      if (s) seen = read(s);
+    });
   };
   totalCounter(
     'vllm:num_preemptions_total',
@@ -186,8 +195,26 @@ export function registerEngineMetrics(
     registers,
   });
 
+  const warmupRequests = counter(
+    'strata_backend_warmup_requests_total',
+    "Requests of the backend's own start-up warmup (kept out of the vllm:* request metrics).",
+  );
+  const warmupTokens = new Counter<Label | 'kind'>({
+    name: 'strata_backend_warmup_tokens_total',
+    help: 'Tokens of the start-up warmup, by kind (prompt, generation); not in vllm:*_tokens_total.',
+    labelNames: ['model_name', 'kind'],
+    registers,
+  });
+  for (const kind of ['prompt', 'generation']) warmupTokens.inc({ ...labels, kind }, 0);
+
   const observer: RuntimeObserver = {
     finished(r: RequestRecord) {
+      if (r.warmup) {
+        warmupRequests.inc(labels);
+        warmupTokens.inc({ ...labels, kind: 'prompt' }, r.promptTokens);
+        warmupTokens.inc({ ...labels, kind: 'generation' }, r.outputTokens);
+        return;
+      }
       promptTokens.inc(labels, r.promptTokens);
       generationTokens.inc(labels, r.outputTokens);
       success.inc({ ...labels, finished_reason: finishedReason(r.finishReason) });
@@ -202,7 +229,10 @@ export function registerEngineMetrics(
       rejected.inc({ code });
     },
     forward(batchedTokens: number) {
-      iterationTokens.observe(labels, batchedTokens);
+      if (!host.warmingUp) iterationTokens.observe(labels, batchedTokens);
+    },
+    warmupDone() {
+      for (const skip of skipWarmup) skip();
     },
   };
   host.observe(observer);
