@@ -9,8 +9,6 @@ import { z } from 'zod';
 import { StrataError } from './errors.js';
 import { samplingFields } from './protocol.js';
 
-const maxTokens = z.number().int().min(1).max(1_000_000);
-
 /**
  * preValidation hook for the OpenAI routes, at the edge and at the backend alike: OpenAI
  * clients send `null` for fields they leave unset (stop, seed, max_tokens, ...); top-level
@@ -101,7 +99,7 @@ export const completionRequestSchema = z.looseObject({
     { error: promptError },
   ),
   ...nullable({
-    max_tokens: maxTokens.default(16),
+    max_tokens: samplingFields.max_tokens,
     /** Top-n logprobs per token (0 = the sampled token's only). */
     logprobs: z.number().int().min(0).max(5).optional(),
     echo: z
@@ -139,8 +137,8 @@ export const chatCompletionRequestSchema = z.looseObject({
   messages: z.array(chatMessageSchema).min(1, { error: 'messages must hold at least one message' }),
   ...nullable({
     /** Deprecated by OpenAI in favour of max_completion_tokens; either works, the latter wins. */
-    max_tokens: maxTokens.optional(),
-    max_completion_tokens: maxTokens.optional(),
+    max_tokens: samplingFields.max_tokens,
+    max_completion_tokens: samplingFields.max_tokens,
     logprobs: z.boolean().default(false),
     top_logprobs: z.number().int().min(0).max(20).optional(),
     /** vLLM: end the prompt with the opening of an assistant turn (default true). */

@@ -3,9 +3,24 @@
 // follow vLLM and OpenAI; the messages zod produces name the field and the allowed range.
 import { z } from 'zod';
 
+/**
+ * max_tokens when a request gives none, as vLLM's and OpenAI's completions have it. The one
+ * place it is set: the backend's STRATA_DEFAULT_MAX_TOKENS defaults to it, and the schemas leave
+ * max_tokens absent (the edge forwards bodies as validated), so that setting decides.
+ */
+export const DEFAULT_MAX_TOKENS = 16;
+
 /** Sampling settings shared by /v1/generate and the OpenAI routes (OpenAI / vLLM names). */
 export const samplingFields = {
-  max_tokens: z.number().int().min(1).max(1_000_000).optional(),
+  max_tokens: z
+    .number()
+    .int()
+    .min(1)
+    .max(1_000_000)
+    .optional()
+    .describe(
+      `Output tokens at most; absent: the backend's STRATA_DEFAULT_MAX_TOKENS (${DEFAULT_MAX_TOKENS} unless set)`,
+    ),
   min_tokens: z.number().int().min(0).max(1_000_000).optional(),
   temperature: z.number().min(0).max(100).optional(),
   top_p: z.number().gt(0).max(1).optional(),

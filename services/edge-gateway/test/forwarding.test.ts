@@ -84,6 +84,15 @@ describe('forwarding', () => {
     expect(Object.keys(sentChat)).not.toContain('tools');
   });
 
+  it("leaves out a max_tokens the client did not send, so the backend's STRATA_DEFAULT_MAX_TOKENS applies", async () => {
+    const res = await post('/v1/completions', { model: 'm', prompt: 'x', max_tokens: null });
+    expect(res.status).toBe(200);
+    await res.arrayBuffer();
+    const sent = JSON.parse(upstream.received.at(-1)?.body ?? '{}');
+    expect(sent).toMatchObject({ model: 'm', prompt: 'x' });
+    expect(Object.keys(sent)).not.toContain('max_tokens');
+  });
+
   it('passes error answers through once, without retrying', async () => {
     const error = {
       error: { code: 'STRATA_NO_BACKEND', message: 'no backend is ready', type: 'overloaded' },

@@ -1,4 +1,10 @@
-import { baseServiceEnv, baseServiceSchema, configFields, type EnvMap } from '@strata/common';
+import {
+  baseServiceEnv,
+  baseServiceSchema,
+  configFields,
+  DEFAULT_MAX_TOKENS,
+  type EnvMap,
+} from '@strata/common';
 import { z } from 'zod';
 
 const nonNegativeInt = (fallback: number) => z.coerce.number().int().min(0).default(fallback);
@@ -48,8 +54,8 @@ export const configSchema = baseServiceSchema.extend({
       maxQueued: nonNegativeInt(256),
       /** Per-request deadline in ms; on expiry the request ends with finish_reason "timeout". */
       requestTimeoutMs: configFields.positiveInt(120_000),
-      /** max_tokens when a request gives none (vLLM's and OpenAI's completions default). */
-      defaultMaxTokens: configFields.positiveInt(16),
+      /** max_tokens when a request gives none, on every route (vLLM's and OpenAI's default). */
+      defaultMaxTokens: configFields.positiveInt(DEFAULT_MAX_TOKENS),
       /** Idle SSE streams get a comment line this often, in ms. */
       sseHeartbeatMs: configFields.positiveInt(15_000),
     })

@@ -180,6 +180,39 @@ describe.skipIf(!tiny.path)(`POST /v1/completions${tiny.skipped}`, () => {
     for (const lpv of lp?.token_logprobs ?? []) expect(lpv).toBeLessThanOrEqual(0);
   });
 
+  it('uses STRATA_DEFAULT_MAX_TOKENS when a request gives none, on every route', async () => {
+    const five = await startBackend({
+      STRATA_WARMUP: 'false',
+      STRATA_MODEL_DIR: await modelWithChatTemplate(),
+      STRATA_DEFAULT_MAX_TOKENS: '5',
+    });
+    try {
+      const fiveClient = new OpenAI({ baseURL: `${five.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+      const model = (await fiveClient.models.list()).data[0]?.id ?? '';
+      const completion = await fiveClient.completions.create({
+        model,
+        prompt: 'Hi',
+        ignore_eos: true,
+      } as never);
+      expect(completion.usage?.completion_tokens).toBe(5);
+      const chatted = await fiveClient.chat.completions.create({
+        model,
+        messages: [{ role: 'user', content: 'Hi' }],
+        ignore_eos: true,
+      } as never);
+      expect(chatted.usage?.completion_tokens).toBe(5);
+      const generated = await json(await post(five, '/v1/generate', { prompt: 'Hi', ignore_eos: true }));
+      expect(generated.usage.output_tokens).toBe(5);
+      // null is absent, as OpenAI clients send it.
+      const nulled = await json(
+        await post(five, '/v1/completions', { prompt: 'Hi', max_tokens: null, ignore_eos: true }),
+      );
+      expect(nulled.usage.completion_tokens).toBe(5);
+    } finally {
+      await five.close();
+    }
+  });
+
   it('uses max_tokens 16 by default', async () => {
     const res = await client.completions.create({
       model: 'tinystories-656k',

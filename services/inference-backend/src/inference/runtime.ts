@@ -229,7 +229,10 @@ export class InferenceRuntime {
       events = await context.with(trace.setSpan(context.active(), span), () =>
         this.generator.start({
           prompt: request.prompt,
-          params: { maxTokens: this.config.limits.defaultMaxTokens, ...request.params },
+          params: {
+            ...request.params,
+            maxTokens: request.params.maxTokens ?? this.config.limits.defaultMaxTokens,
+          },
           stop: request.stop ?? [],
           signal: controller.signal,
           onScheduled: (at) => {

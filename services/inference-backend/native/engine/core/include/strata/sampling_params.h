@@ -22,7 +22,9 @@ struct SamplingParams {
   std::optional<uint64_t> seed;     // none = a random stream per request
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
-  int32_t max_tokens = 16;          // >= 1 output tokens, stop token included
+  // >= 1 output tokens, stop token included. 16 serves C++ callers (tests, benchmarks); the
+  // service always passes its own default (STRATA_DEFAULT_MAX_TOKENS, @strata/common).
+  int32_t max_tokens = 16;
   int32_t min_tokens = 0;           // [0, max_tokens]: eos and stop ids masked until reached
   int32_t logprobs = -1;            // -1 = none, 0 = sampled token's only, n = also the top n
   // false (vLLM's default "raw_logprobs"): log-softmax of the model's logits as they came out,
