@@ -1,11 +1,16 @@
 // The OpenAPI document of the service, generated from the route schemas by @fastify/swagger and
-// served at GET /openapi.json. Inference routes carry zod schemas (turned into JSON Schema by
-// fastify-type-provider-zod); the service base's routes carry plain JSON Schema, used as is.
+// served at GET /openapi.json, and interactive docs (Swagger UI) for it at GET /docs. Inference
+// routes carry zod schemas (turned into JSON Schema by fastify-type-provider-zod); the service
+// base's routes carry plain JSON Schema, used as is.
 import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance } from 'fastify';
 import { jsonSchemaTransform } from 'fastify-type-provider-zod';
 
 type Transform = NonNullable<Parameters<typeof jsonSchemaTransform>[0]>;
+
+/** Where Swagger UI is served; its assets are under DOCS_PATH/static/. */
+export const DOCS_PATH = '/docs';
 
 const isZod = (value: unknown): boolean => typeof value === 'object' && value !== null && '_zod' in value;
 
@@ -16,9 +21,16 @@ function hasZodSchema(schema: Transform['schema']): boolean {
   return [...Object.values(parts), ...responses].some(isZod);
 }
 
+/** A request URL's path and its query string (with the '?', or ''). */
+function splitQuery(url: string): [string, string] {
+  const at = url.indexOf('?');
+  return at === -1 ? [url, ''] : [url.slice(0, at), url.slice(at)];
+}
+
 /**
- * Registers @fastify/swagger and GET /openapi.json; call before the routes of the document.
- * `components` adds e.g. security schemes that routes name in their `security`.
+ * Registers @fastify/swagger, GET /openapi.json and Swagger UI at GET /docs; call before the
+ * routes of the document. `components` adds e.g. security schemes that routes name in their
+ * `security`.
  */
 export function registerOpenApi(
   app: FastifyInstance,
@@ -34,5 +46,23 @@ export function registerOpenApi(
   });
   app.register(async (scope) => {
     scope.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+    // Swagger UI's assets ship in the package (no CDN); its routes are hidden from the document.
+    // Every link of the page is relative to /docs, so it also works under a path prefix: the
+    // assets ('.' makes the plugin's links ./docs/static/...) and the document it reads.
+    await scope.register(swaggerUi, {
+      routePrefix: DOCS_PATH,
+      indexPrefix: '.',
+      theme: { title: info.title },
+      uiConfig: { urls: [{ url: 'openapi.json', name: info.title }] },
+      uiHooks: {
+        // The page lives at /docs: from /docs/, 'openapi.json' would mean /docs/openapi.json.
+        onRequest: async (request, reply) => {
+          const [path, query] = splitQuery(request.url);
+          if (request.routeOptions.url === DOCS_PATH && path.endsWith('/')) {
+            return reply.redirect(`..${DOCS_PATH}${query}`);
+          }
+        },
+      },
+    });
   });
 }

@@ -1,3 +1,4 @@
+export * from './docs.js';
 export * from './load.js';
 export * from './otlp.js';
 export * from './process.js';

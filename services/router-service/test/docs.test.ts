@@ -1,0 +1,205 @@
+// The router's OpenAPI document and Swagger UI (/openapi.json, /docs), on a real listening
+// router in front of a real HTTP backend that records what reaches it: the route schemas only
+// describe the API, bodies still go through as sent.
+import { once } from 'node:events';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { createLogger, createMetrics, loadConfig, Readiness } from '@strata/common';
+import { idleLoadReport, loadDocs } from '@strata/common/testing';
+import type { FastifyInstance } from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildApp } from '../src/app.js';
+import { configEnv, configSchema } from '../src/config.js';
+import { buildRouterParts, type RouterParts } from '../src/wiring.js';
+
+interface Received {
+  path: string;
+  contentType: string | undefined;
+  body: string;
+}
+
+/** A backend that is ready, idle, and answers every inference request with 200 {"ok":true}. */
+async function startRecordingBackend(): Promise<{ url: string; received: Received[]; server: http.Server }> {
+  const received: Received[] = [];
+  const server = http.createServer(async (req, res) => {
+    if (req.url === '/health/ready') {
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{"ready":true}');
+    } else if (req.url === '/load') {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ ...idleLoadReport('m'), timestamp_ms: Date.now() }));
+    } else {
+      let body = '';
+      for await (const chunk of req) body += chunk;
+      received.push({ path: req.url ?? '', contentType: req.headers['content-type'], body });
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
+    }
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, received, server };
+}
+
+/** A reverse proxy that serves `target` under `prefix` and strips it, as path-based routing does. */
+async function startPrefixProxy(
+  target: string,
+  prefix: string,
+): Promise<{ url: string; server: http.Server }> {
+  const server = http.createServer(async (req, res) => {
+    const path = req.url ?? '';
+    if (!path.startsWith(`${prefix}/`)) {
+      res.writeHead(404).end();
+      return;
+    }
+    const upstream = await fetch(`${target}${path.slice(prefix.length)}`, { redirect: 'manual' });
+    const headers: Record<string, string> = {};
+    for (const name of ['content-type', 'location']) {
+      const value = upstream.headers.get(name);
+      if (value !== null) headers[name] = value;
+    }
+    res.writeHead(upstream.status, headers).end(Buffer.from(await upstream.arrayBuffer()));
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, server };
+}
+
+async function startRouter(
+  backendUrl: string,
+): Promise<{ url: string; app: FastifyInstance; parts: RouterParts }> {
+  const config = loadConfig({
+    schema: configSchema,
+    envMap: configEnv,
+    env: { STRATA_BACKEND_URL: backendUrl },
+  });
+  const logger = createLogger({ service: 'router-service', level: 'silent' });
+  const metrics = createMetrics('router-service', { defaultMetrics: false });
+  const parts = await buildRouterParts(config, logger, metrics.registry);
+  const app = buildApp({ config, logger, metrics, readiness: new Readiness() }, parts.deps);
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  return { url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, app, parts };
+}
+
+let backend: Awaited<ReturnType<typeof startRecordingBackend>>;
+let router: Awaited<ReturnType<typeof startRouter>>;
+let proxy: Awaited<ReturnType<typeof startPrefixProxy>>;
+
+beforeAll(async () => {
+  backend = await startRecordingBackend();
+  router = await startRouter(backend.url);
+  await router.parts.deps.tracker.refresh();
+  const local = router.parts.deps.tracker.get('local');
+  if (!local?.ready) throw new Error(`the router did not see its backend ready: ${JSON.stringify(local)}`);
+  proxy = await startPrefixProxy(router.url, '/strata');
+});
+
+afterAll(async () => {
+  proxy?.server.close();
+  await router?.app.close();
+  await router?.parts.close();
+  backend?.server.close();
+});
+
+// biome-ignore lint/suspicious/noExplicitAny: the document is checked field by field
+const openApi = async (base: string): Promise<any> => (await fetch(`${base}/openapi.json`)).json();
+
+describe('router OpenAPI document', () => {
+  it('describes the proxied inference routes with the shared request and response schemas', async () => {
+    const doc = await openApi(router.url);
+    expect(doc.openapi).toBe('3.1.0');
+    expect(doc.info).toEqual({ title: 'Strata router', version: '0.1.0' });
+    expect(Object.keys(doc.paths)).toEqual([
+      '/v1/generate',
+      '/v1/completions',
+      '/v1/chat/completions',
+      '/v1/models',
+    ]);
+    for (const route of ['/v1/generate', '/v1/completions', '/v1/chat/completions']) {
+      const op = doc.paths[route].post;
+      expect(op.tags, route).toEqual(['inference']);
+      expect(op.summary, route).toBeTypeOf('string');
+      expect(op.requestBody.content['application/json'].schema.type, route).toBe('object');
+      expect(Object.keys(op.responses['200'].content), route).toEqual([
+        'application/json',
+        'text/event-stream',
+      ]);
+      expect(op.responses['503'], route).toBeDefined();
+    }
+    expect(
+      doc.paths['/v1/chat/completions'].post.requestBody.content['application/json'].schema.required,
+    ).toEqual(['messages']);
+    expect(doc.paths['/v1/generate'].post.requestBody.content['application/json'].schema.required).toEqual([
+      'prompt',
+    ]);
+    expect(doc.paths['/v1/models'].get.tags).toEqual(['inference']);
+  });
+
+  it('forwards bodies the schemas would refuse exactly as sent: the router does not validate', async () => {
+    const bodies = {
+      '/v1/chat/completions': '{"model":null,"messages":[],"surprise":{"x":[1,2]}}',
+      '/v1/generate': '{"prompt":"","unknown_field":true,"max_tokens":-3}',
+      '/v1/completions': '{"prompt":42}',
+    };
+    for (const [path, body] of Object.entries(bodies)) {
+      const res = await fetch(`${router.url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body,
+      });
+      expect(res.status, path).toBe(200);
+      expect(await res.json(), path).toEqual({ ok: true });
+      expect(backend.received.at(-1), path).toEqual({ path, contentType: 'application/json', body });
+    }
+  });
+
+  it('answers its own errors as before, catalogue body and all', async () => {
+    const res = await fetch(`${router.url}/v1/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"prompt":',
+    });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toEqual({
+      error: { code: 'STRATA_INVALID_JSON', message: expect.any(String), type: 'invalid_request' },
+    });
+  });
+});
+
+describe('router /docs', () => {
+  it('serves Swagger UI, its assets from the package, reading the router /openapi.json', async () => {
+    const docs = await loadDocs(`${router.url}/docs`);
+    expect(docs.status).toBe(200);
+    expect(docs.contentType).toMatch(/^text\/html/);
+    expect(docs.html).toContain('<title>Strata router</title>');
+    // Relative links only: nothing from another host, and the page works under a path prefix.
+    for (const link of docs.links) expect(link, link).toMatch(/^\.\//);
+    expect(docs.assets.length).toBeGreaterThanOrEqual(5);
+    for (const asset of docs.assets) expect(asset.status, asset.url).toBe(200);
+    const bundle = docs.assets.find((a) => a.url === `${router.url}/docs/static/swagger-ui-bundle.js`);
+    expect(bundle?.contentType).toMatch(/^application\/javascript/);
+    expect(docs.documentUrl).toBe(`${router.url}/openapi.json`);
+    expect(docs.document).toEqual(await openApi(router.url));
+  });
+
+  it('keeps its own routes out of the document', async () => {
+    const paths = Object.keys((await openApi(router.url)).paths);
+    expect(paths.filter((p) => p.startsWith('/docs') || p === '/openapi.json')).toEqual([]);
+  });
+
+  it('sends /docs/ to /docs with a relative redirect, query kept', async () => {
+    const res = await fetch(`${router.url}/docs/?urls.primaryName=x`, { redirect: 'manual' });
+    expect(res.status).toBe(302);
+    expect(res.headers.get('location')).toBe('../docs?urls.primaryName=x');
+  });
+
+  it('works behind a proxy that serves the router under a path prefix', async () => {
+    const docs = await loadDocs(`${proxy.url}/strata/docs`);
+    expect(docs.status).toBe(200);
+    for (const asset of docs.assets) expect(asset.status, asset.url).toBe(200);
+    expect(docs.documentUrl).toBe(`${proxy.url}/strata/openapi.json`);
+    expect(docs.document).toEqual(await openApi(router.url));
+    const slash = await fetch(`${proxy.url}/strata/docs/`, { redirect: 'manual' });
+    expect(new URL(slash.headers.get('location') ?? '', `${proxy.url}/strata/docs/`).href).toBe(
+      `${proxy.url}/strata/docs`,
+    );
+  });
+});
