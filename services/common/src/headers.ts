@@ -1,4 +1,5 @@
-// Headers carried through every hop (DESIGN.md §3) and W3C trace-context helpers.
+// Headers carried through every hop (docs/architecture.md, Wire contracts) and W3C
+// trace-context helpers.
 import { randomBytes, randomUUID } from 'node:crypto';
 
 export const HEADERS = {

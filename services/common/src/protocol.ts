@@ -1,6 +1,7 @@
-// The public request bodies (DESIGN.md §3), one zod definition shared by the edge (which
-// validates) and the backend (which validates again and executes). Field names and ranges
-// follow vLLM and OpenAI; the messages zod produces name the field and the allowed range.
+// The public request bodies (docs/architecture.md, Wire contracts), one zod definition shared
+// by the edge (which validates) and the backend (which validates again and executes). Field
+// names and ranges follow vLLM and OpenAI; the messages zod produces name the field and the
+// allowed range.
 import { z } from 'zod';
 
 /**
@@ -109,8 +110,8 @@ export const errorResponseSchema = z.object({
 const count = z.number().int().min(0);
 
 /**
- * GET /load on a backend: the compact load report the router polls (DESIGN.md §3), cheaper
- * than /metrics. The backend serializes with it; the router parses with it.
+ * GET /load on a backend: the compact load report the router polls (docs/architecture.md, Wire
+ * contracts), cheaper than /metrics. The backend serializes with it; the router parses with it.
  */
 export const loadReportSchema = z.object({
   model: z.string(),

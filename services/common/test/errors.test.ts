@@ -12,7 +12,7 @@ describe('error catalogue', () => {
     }
   });
 
-  it('builds the wire body of DESIGN.md §3 from a code and a specific message', () => {
+  it('builds the wire body (docs/architecture.md, Wire contracts) from a code and a specific message', () => {
     const err = new StrataError(
       'STRATA_PROMPT_TOO_LONG',
       'prompt has 600 tokens; the model takes at most 512',

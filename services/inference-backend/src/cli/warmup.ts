@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // strata-warmup: sends representative streaming /v1/generate traffic to a backend (or through
 // the edge) and exits 0 only when client-side TTFT has settled under a bound. The Helm warmup
-// Job runs it after install/upgrade (DESIGN.md §7).
+// Job runs it after install/upgrade (docs/architecture.md, Delivery).
 //
 //   strata-warmup --url http://host:port [--model NAME] [--requests N] [--concurrency C]
 //                 [--ttft-bound-ms B] [--timeout-s T] [--api-key KEY] [--max-tokens M]
@@ -20,8 +20,9 @@
 // request in any round failed other than with 429 or 503 (capacity and readiness answers,
 // tolerated while earlier rounds ramp up but still reported). Otherwise exit 1; the whole run
 // also fails (exit 1) when --timeout-s passes first. Bad usage exits 2.
-// Only the /v1/generate body of DESIGN.md §3 is sent, with `Authorization: Bearer KEY` when
-// --api-key (or STRATA_API_KEY) is given, so it works the same against the edge.
+// Only the /v1/generate body (docs/architecture.md, Wire contracts) is sent, with
+// `Authorization: Bearer KEY` when --api-key (or STRATA_API_KEY) is given, so it works the same
+// against the edge.
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';

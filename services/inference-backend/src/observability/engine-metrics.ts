@@ -1,5 +1,6 @@
-// Engine metrics under vLLM's names, labels and bucket edges (DESIGN.md §3), so dashboards,
-// KEDA triggers and the Gateway API Inference Extension built for vLLM read them unchanged.
+// Engine metrics under vLLM's names, labels and bucket edges (docs/architecture.md, Wire
+// contracts), so dashboards, KEDA triggers and the Gateway API Inference Extension built for
+// vLLM read them unchanged.
 //
 // Two sources:
 //  - engine state and engine totals (running, waiting, KV usage, preemptions, prefix cache) are

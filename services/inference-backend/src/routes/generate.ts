@@ -1,5 +1,5 @@
-// POST /v1/generate (DESIGN.md §3): JSON, or SSE with token events, then done (or error once
-// the stream has started).
+// POST /v1/generate (docs/architecture.md, Wire contracts): JSON, or SSE with token events,
+// then done (or error once the stream has started).
 import {
   errorResponseSchema,
   type GenerateResponse,

@@ -1,5 +1,6 @@
-// GET /load: the compact load report the router polls (DESIGN.md §3), cheaper than /metrics.
-// Always 200: while the model loads or warms up it answers with ready false and zeros.
+// GET /load: the compact load report the router polls (docs/architecture.md, Wire contracts),
+// cheaper than /metrics. Always 200: while the model loads or warms up it answers with ready
+// false and zeros.
 import { type LoadReport, loadReportSchema, type Readiness } from '@strata/common';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { ModelHost } from '../inference/model-host.js';

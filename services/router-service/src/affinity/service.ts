@@ -1,5 +1,5 @@
-// Session affinity for the router (DESIGN.md §5): x-session-id → backend, refreshed on use,
-// forgotten when the backend leaves. It never throws into the request path and never waits long:
+// Session affinity for the router (docs/architecture.md, Routing): x-session-id → backend,
+// refreshed on use, forgotten when the backend leaves. It never throws into the request path and never waits long:
 // a store error or a slow store resolves to 'unavailable' (route without affinity), counted in
 // strata_router_affinity_store_errors_total and logged at most once per interval.
 import { Counter, type Logger, type Registry } from '@strata/common';

@@ -1,5 +1,5 @@
-// The session → backend store behind session affinity (DESIGN.md §5). Two implementations share
-// this interface: MemorySessionStore (embedded default for local runs, one process) and
+// The session → backend store behind session affinity (docs/architecture.md, Routing). Two
+// implementations share this interface: MemorySessionStore (embedded default for local runs, one process) and
 // RedisSessionStore (shared by every router replica). Stores may throw; AffinityService turns
 // errors into "no affinity" so the request path never sees them.
 

@@ -26,7 +26,7 @@ export function toBackendLoad(report: LoadReport, at: number): BackendLoad {
   };
 }
 
-/** DESIGN.md §3: load older than ~250 ms counts as unknown. */
+/** docs/architecture.md, Wire contracts: load older than ~250 ms counts as unknown. */
 export const LOAD_MAX_AGE_MS = 250;
 
 export function isLoadFresh(load: BackendLoad | undefined, now: number, maxAgeMs = LOAD_MAX_AGE_MS): boolean {

@@ -1,4 +1,4 @@
-// Backend health and load for the picker (DESIGN.md §3, §5):
+// Backend health and load for the picker (docs/architecture.md: Wire contracts, Routing):
 // - active probes: GET /health/ready every probeIntervalMs; ready means a 200;
 // - load polling: GET /load every loadIntervalMs, kept with its receive time (`at`) so the
 //   picker can treat old load as unknown (isLoadFresh);

@@ -128,17 +128,31 @@ struct CudaBackend::Impl {
   std::vector<CudaLayer> layers;
   DeviceMemory inv_freq;       // (head_dim / 2) fp32
 
-  // Activations for max_batch_tokens rows.
-  DeviceMemory residual, normed, qkv, attn, gate_up, act, proj;
-  DeviceMemory logits_rows, logits_out, logits_f32, workspace;
+  // Activations, one row per batched token (T = max_batch_tokens, S = max_seqs), in the weight
+  // dtype unless noted; sized once in allocate_activations.
+  DeviceMemory residual;     // (T, hidden) fp32: the residual stream stays fp32 across layers
+  DeviceMemory normed;       // (T, hidden) RMSNorm output, the input of the next GEMM
+  DeviceMemory qkv;          // (T, q_dim + 2 kv_dim): q, k, v side by side; rope applied in place
+  DeviceMemory attn;         // (T, q_dim) attention output
+  DeviceMemory gate_up;      // (T, 2 intermediate): gate, then up
+  DeviceMemory act;          // (T, intermediate) silu(gate) * up
+  DeviceMemory proj;         // (T, hidden) o_proj / down output, added to the residual
+  DeviceMemory logits_rows;  // (S, hidden) normed rows of the tokens that need logits
+  DeviceMemory logits_out;   // (S, vocab) lm_head output
+  DeviceMemory logits_f32;   // (S, vocab) fp32 logits, what the sampler reads
+  DeviceMemory workspace;    // fp32 split-K partials of decode attention (decode_attention_workspace_floats)
   // Sampling on the device (forward_sample): the rows' inputs, their pools (grown on demand),
   // and the outputs, sections of max_seqs rows: tokens, logprobs, top counts, then the top
   // ids and logprobs (kMaxSampledTop per row).
-  DeviceMemory sample_rows, sample_penalties, sample_stops, sample_out;
-  PinnedMemory sample_rows_host, sample_host;
-  // The step's integer inputs, one block uploaded with one copy (layout in upload_step).
+  DeviceMemory sample_rows;       // (S) SamplingRow
+  DeviceMemory sample_penalties;  // (penalty entries of the step) PenaltyEntry, grown on demand
+  DeviceMemory sample_stops;      // (stop ids of the step) int32, grown on demand
+  DeviceMemory sample_out;        // sample_out_bytes(): the sections above
+  PinnedMemory sample_rows_host, sample_host;  // host mirrors of sample_rows and sample_out
+  // The step's integer inputs, one block uploaded with one copy (layout in step_ints_needed).
   DeviceMemory step_ints;
-  PinnedMemory step_host, logits_host;
+  PinnedMemory step_host;         // its host mirror
+  PinnedMemory logits_host;       // (S, vocab) fp32, for forward() without device sampling
   size_t step_ints_capacity = 0;  // int32 elements
 
   DeviceMemory kv_memory;
