@@ -34,7 +34,7 @@ export interface CudaInfo {
   smokeKernelOk: boolean;
 }
 
-/** loadEngine() options (native/addon/engine_binding.cpp, LoadOptions). */
+/** loadEngine() options (strata::RunnerOptions, native/engine/runner/include/strata/engine_runner.h). */
 export interface NativeLoadOptions {
   /** 'cpu' (default) or 'cuda'; a backend this build or machine cannot run fails the load. */
   backend?: 'cpu' | 'cuda';

@@ -1,7 +1,8 @@
-// How engine steps reach JS (native/addon/engine_binding.cpp, StepMailbox), through the raw
-// addon on the real tinystories-656k weights: one delivery at a time, the next only after
-// resumeSteps(), everything that accumulated meanwhile in one call, in order, nothing lost, and
-// the engine paused once 64 steps wait.
+// How engine steps reach JS (strata::StepQueue in native/engine/runner, delivered by
+// native/addon/engine_binding.cpp), through the raw addon on the real tinystories-656k
+// weights: one delivery at a time, the next only after resumeSteps(), everything that
+// accumulated meanwhile in one call, in order, nothing lost, and the engine paused once 64
+// steps wait.
 import { readdirSync, readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadNativeAddon, type NativeEngine, type NativeStep } from '../src/native.js';

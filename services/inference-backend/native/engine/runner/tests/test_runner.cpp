@@ -1,0 +1,214 @@
+// EngineRunner on the real CPU backend (tinystories-656k's config, random weights): one KV pool
+// rule, load errors, and the loop thread handing steps over through its StepQueue.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "../../core/tests/test_util.h"
+#include "strata/coded_error.h"
+#include "strata/engine_runner.h"
+
+using namespace strata;
+using namespace std::chrono_literals;
+
+namespace {
+
+RunnerOptions tiny(int32_t max_num_seqs = 8) {
+  RunnerOptions o;
+  o.dummy_preset = "tinystories-656k";  // max_position_embeddings 512
+  o.dummy_seed = 7;
+  o.num_threads = 1;
+  o.engine.max_num_seqs = max_num_seqs;
+  return o;
+}
+
+std::string load_error(const RunnerOptions& o) {
+  try {
+    EngineRunner::load(o);
+  } catch (const CodedError& e) {
+    return e.code() + ": " + e.what();
+  }
+  return "";
+}
+
+Request request(uint64_t id, int32_t max_tokens) {
+  Request r;
+  r.id = id;
+  r.prompt = {1, 5, 9};
+  r.params.temperature = 0.0f;
+  r.params.ignore_eos = true;
+  r.params.max_tokens = max_tokens;
+  return r;
+}
+
+// The consumer's side as the binding has it: a notification wakes it, it takes everything,
+// then resumes (delivering again at once when steps arrived meanwhile).
+struct Consumer {
+  std::mutex mu;
+  std::condition_variable cv;
+  int notified = 0;
+  bool notify() {
+    std::lock_guard lock(mu);
+    ++notified;
+    cv.notify_all();
+    return true;
+  }
+  bool wait_notified(int at_least) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, 10s, [&] { return notified >= at_least; });
+  }
+};
+
+bool has_thread_named(const std::string& name) {
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string got;
+    std::getline(comm, got);
+    if (got == name) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("one KV pool rule: the configured size, else the budget capped at what max_num_seqs can use") {
+  EngineConfig c;
+  c.block_size = 16;
+  c.max_num_seqs = 4;
+  CHECK_EQ(useful_kv_blocks(c, 512), int64_t{4 * 32});
+  c.max_model_len = 100;  // ceil(100 / 16) = 7 blocks a sequence
+  CHECK_EQ(useful_kv_blocks(c, 512), int64_t{4 * 7});
+  CHECK_EQ(kv_pool_blocks(c, 512, 10), 10);
+  CHECK_EQ(kv_pool_blocks(c, 512, 1000), 28);
+  CHECK_EQ(kv_pool_blocks(c, 512, -5), 0);
+  c.num_blocks = 3;
+  CHECK_EQ(kv_pool_blocks(c, 512, 1000), 3);
+  c.num_blocks = 0;
+  c.max_num_seqs = std::numeric_limits<int32_t>::max();
+  c.max_model_len = 0;
+  CHECK_EQ(kv_pool_blocks(c, std::numeric_limits<int32_t>::max(), std::numeric_limits<int64_t>::max()),
+           std::numeric_limits<int32_t>::max());
+}
+
+TEST_CASE("tenants get distinct prefix-cache salts; no tenant is salt 0") {
+  CHECK_EQ(tenant_salt(""), uint64_t{0});
+  CHECK(tenant_salt("acme") != 0);
+  CHECK(tenant_salt("acme") == tenant_salt("acme"));
+  CHECK(tenant_salt("acme") != tenant_salt("acmf"));
+  CHECK(tenant_salt("ab") != tenant_salt("ba"));
+}
+
+TEST_CASE("MemAvailable comes from meminfo; an unreadable file gives 0") {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "strata-runner-meminfo";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "meminfo") << "MemTotal:       24000000 kB\nMemFree:         1000 kB\n"
+                                    "MemAvailable:   12345678 kB\nBuffers:          42 kB\n";
+  CHECK_EQ(mem_available_bytes((dir / "meminfo").string()), int64_t{12345678} * 1024);
+  CHECK_EQ(mem_available_bytes((dir / "missing").string()), int64_t{0});
+  CHECK(mem_available_bytes() > 0);  // this machine's
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("loads the CPU backend and sizes the pool from the KV budget") {
+  RunnerOptions o = tiny();
+  auto probe = EngineRunner::load(o);
+  const int64_t per_block = probe->info().kv_bytes_per_block;
+  CHECK(per_block > 0);
+  CHECK_STR_EQ(probe->info().backend_name, "cpu");
+  CHECK_STR_EQ(probe->info().weights, "float32");
+  CHECK_EQ(probe->info().num_threads, 1);
+  // The default budget, a tenth of MemAvailable, affords far more than 8 full sequences use.
+  CHECK_EQ(probe->engine().config().num_blocks, 8 * 32);
+  o.engine.max_model_len = 64;  // 4 blocks a sequence, so a pool of 10 holds one
+  CHECK_EQ(EngineRunner::load(o)->engine().config().num_blocks, 8 * 4);
+  o.kv_cache_bytes = 10 * per_block + per_block / 2;
+  CHECK_EQ(EngineRunner::load(o)->engine().config().num_blocks, 10);
+  o.engine.num_blocks = 5;
+  CHECK_EQ(EngineRunner::load(o)->engine().config().num_blocks, 5);
+}
+
+TEST_CASE("options it cannot honour are STRATA_INVALID_CONFIG, saying what to use") {
+  RunnerOptions o = tiny();
+  o.backend = "tpu";
+  CHECK_STR_EQ(load_error(o), "STRATA_INVALID_CONFIG: backend must be \"cpu\" or \"cuda\", got \"tpu\"");
+  o.backend = "cuda";  // without CUDA in the build, or with a dummy preset: both say so
+  const std::string cuda = load_error(o);
+  CHECK(cuda.rfind("STRATA_INVALID_CONFIG: ", 0) == 0);
+  CHECK(cuda.find("cpu") != std::string::npos);
+  o.backend = "cpu";
+  o.dummy_preset = "gpt-5";
+  CHECK(!load_error(o).empty());
+}
+
+TEST_CASE("the loop runs on its own named thread and hands over every token, once per delivery") {
+  auto runner = EngineRunner::load(tiny());
+  Consumer consumer;
+  runner->start([&] { return consumer.notify(); });
+  CHECK(has_thread_named("strata-engine"));
+  runner->engine().submit(request(1, 5));
+  runner->engine().submit(request(2, 3));
+  std::map<uint64_t, int> tokens;
+  std::map<uint64_t, FinishReason> finish;
+  for (int delivery = 1; finish.size() < 2; ++delivery) {
+    if (!consumer.wait_notified(delivery)) break;
+    do {
+      for (const StepMessage& m : runner->steps()->take()) {
+        CHECK(m.fatal.code.empty());
+        for (const TokenEvent& e : m.output.tokens) {
+          ++tokens[e.request_id];
+          if (e.finish_reason != FinishReason::kNone) finish[e.request_id] = e.finish_reason;
+        }
+      }
+    } while (runner->steps()->resume());
+  }
+  CHECK_EQ(tokens[1], 5);
+  CHECK_EQ(tokens[2], 3);
+  CHECK(finish[1] == FinishReason::kLength);
+  CHECK(finish[2] == FinishReason::kLength);
+  runner->stop();
+  runner->join();
+  CHECK(!has_thread_named("strata-engine"));
+}
+
+TEST_CASE("a consumer that stops taking holds the loop at 64 steps; stop() still ends it") {
+  auto runner = EngineRunner::load(tiny());
+  Consumer consumer;
+  runner->start([&] { return consumer.notify(); });
+  runner->engine().submit(request(1, 400));
+  CHECK(consumer.wait_notified(1));
+  int64_t steps = -1;
+  for (int i = 0; i < 200 && steps != runner->engine().stats().num_steps; ++i) {
+    steps = runner->engine().stats().num_steps;
+    std::this_thread::sleep_for(20ms);
+  }
+  // 64 waiting in the queue, the 65th computed and waiting for room.
+  CHECK_EQ(steps, int64_t{65});
+  CHECK_EQ(consumer.notified, 1);
+  const auto asked = std::chrono::steady_clock::now();
+  runner->stop();
+  runner->join();
+  CHECK(std::chrono::steady_clock::now() - asked < 2s);
+  CHECK_EQ(runner->steps()->take().size(), size_t{64});
+}
+
+TEST_CASE("a consumer that is gone (notify false) ends the loop") {
+  auto runner = EngineRunner::load(tiny());
+  std::atomic<int> calls{0};
+  runner->start([&] {
+    ++calls;
+    return false;
+  });
+  runner->engine().submit(request(1, 50));
+  runner->join();  // returns without stop(): the loop ended by itself
+  CHECK_EQ(calls.load(), 1);
+  CHECK(runner->engine().stats().num_steps < 50);
+}
+
+TEST_MAIN()

@@ -1,0 +1,103 @@
+// EngineRunner's CUDA path under the CPU emulation of the CUDA runtime: the backend choice, the
+// KV pool from the profiling pass under the same rule as the CPU's, and a request served
+// through the loop, on tinystories-656k (STRATA_MODELS_DIR).
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "../../core/tests/test_util.h"
+#include "strata/coded_error.h"
+#include "strata/engine_runner.h"
+
+using namespace strata;
+using namespace std::chrono_literals;
+
+namespace {
+
+const char* models() { return std::getenv("STRATA_MODELS_DIR"); }
+
+RunnerOptions cuda_tiny() {
+  RunnerOptions o;
+  o.backend = "cuda";
+  o.model_dir = (std::filesystem::path(models()) / "tinystories-656k").string();
+  o.dtype = "float32";
+  o.cuda_graphs = false;
+  o.engine.max_num_seqs = 4;
+  o.engine.max_num_batched_tokens = 256;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("cuda: sizes the pool from the profiling pass, capped at what max_num_seqs can use") {
+  if (models() == nullptr) return strata_test::skip("tinystories-656k not found (STRATA_MODELS_DIR unset)");
+  RunnerOptions o = cuda_tiny();
+  auto runner = EngineRunner::load(o);
+  CHECK_STR_EQ(runner->info().backend_name, "cuda");
+  CHECK_STR_EQ(runner->info().dtype, "float32");
+  CHECK(runner->info().kv_bytes_per_block > 0);
+  // The emulated device has room for far more than 4 sequences of 512 tokens.
+  CHECK_EQ(runner->engine().config().num_blocks, 4 * 32);
+  o.engine.max_model_len = 64;  // 4 blocks a sequence
+  CHECK_EQ(EngineRunner::load(o)->engine().config().num_blocks, 4 * 4);
+  o.engine.num_blocks = 9;
+  CHECK_EQ(EngineRunner::load(o)->engine().config().num_blocks, 9);
+}
+
+TEST_CASE("cuda: options it cannot honour are STRATA_INVALID_CONFIG") {
+  if (models() == nullptr) return strata_test::skip("tinystories-656k not found (STRATA_MODELS_DIR unset)");
+  const auto code_of = [](const RunnerOptions& o) {
+    try {
+      EngineRunner::load(o);
+    } catch (const CodedError& e) {
+      return e.code() + ": " + e.what();
+    }
+    return std::string();
+  };
+  RunnerOptions o = cuda_tiny();
+  o.dtype = "int8";
+  CHECK_STR_EQ(code_of(o), "STRATA_INVALID_CONFIG: dtype must be bfloat16, float16 or float32, got \"int8\"");
+  o = cuda_tiny();
+  o.gpu_memory_utilization = 1.5;
+  CHECK(code_of(o).rfind("STRATA_INVALID_CONFIG: gpuMemoryUtilization must be in (0, 1]", 0) == 0);
+  o = cuda_tiny();
+  o.model_dir.clear();
+  o.dummy_preset = "tinystories-656k";
+  CHECK(code_of(o).rfind("STRATA_INVALID_CONFIG: the cuda backend loads a model directory", 0) == 0);
+}
+
+TEST_CASE("cuda: the loop serves a request to its end") {
+  if (models() == nullptr) return strata_test::skip("tinystories-656k not found (STRATA_MODELS_DIR unset)");
+  auto runner = EngineRunner::load(cuda_tiny());
+  std::atomic<int> notified{0};
+  runner->start([&] {
+    ++notified;
+    return true;
+  });
+  Request r;
+  r.id = 1;
+  r.prompt = {1, 5, 9};
+  r.params.ignore_eos = true;
+  r.params.max_tokens = 4;
+  runner->engine().submit(r);
+  int tokens = 0;
+  bool finished = false;
+  for (int i = 0; i < 1000 && !finished; ++i) {
+    for (const StepMessage& m : runner->steps()->take()) {
+      CHECK(m.fatal.code.empty());
+      for (const TokenEvent& e : m.output.tokens) {
+        ++tokens;
+        finished = finished || e.finish_reason == FinishReason::kLength;
+      }
+    }
+    runner->steps()->resume();
+    if (!finished) std::this_thread::sleep_for(10ms);
+  }
+  CHECK(finished);
+  CHECK_EQ(tokens, 4);
+  CHECK(notified.load() >= 1);
+}
+
+TEST_MAIN()
