@@ -42,6 +42,8 @@ export interface StartOptions {
   env?: NodeJS.ProcessEnv;
   /** Receives every line a service prints, already tagged with the service name. */
   onLine?: (service: ServiceName, line: string) => void;
+  /** A service exited that stop() did not stop. */
+  onExit?: (service: ServiceName, code: number | null, signal: NodeJS.Signals | null) => void;
   startTimeoutMs?: number;
 }
 
@@ -83,7 +85,8 @@ export function fastModelDir(env: NodeJS.ProcessEnv = process.env): string | und
     .find((dir) => existsSync(join(dir, 'config.json')));
 }
 
-const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+/** The repository checkout this package runs from. */
+export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
 function startService(name: ServiceName, port: number, options: StartOptions): Promise<SpawnedService> {
   const model =
@@ -102,7 +105,9 @@ function startService(name: ServiceName, port: number, options: StartOptions): P
 
 export async function startPlatform(options: StartOptions = {}): Promise<Platform> {
   const started: { name: ServiceName; child: ChildProcess; url: string }[] = [];
+  let stopping = false;
   const stop = async (graceMs = 15_000) => {
+    stopping = true;
     await Promise.all(started.map(({ child }) => stopChild(child, graceMs)));
   };
   try {
@@ -119,7 +124,11 @@ export async function startPlatform(options: StartOptions = {}): Promise<Platfor
       const [variable, target] = upstream[name] ?? [];
       const serviceOptions =
         variable && target ? { ...options, env: { [variable]: target, ...options.env } } : options;
-      started.push({ name, ...(await startService(name, port, serviceOptions)) });
+      const service = await startService(name, port, serviceOptions);
+      service.child.once('exit', (code, signal) => {
+        if (!stopping) options.onExit?.(name, code, signal);
+      });
+      started.push({ name, ...service });
     }
   } catch (err) {
     await stop(2_000);

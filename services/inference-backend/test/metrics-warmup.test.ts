@@ -88,3 +88,19 @@ describe.skipIf(!tiny.path)(`metrics after the start-up warmup${tiny.skipped}`, 
     expect(backend.logs.filter((l) => l.msg === 'request finished')).toHaveLength(1);
   });
 });
+
+describe.skipIf(!tiny.path)(`a shutdown during warmup${tiny.skipped}`, () => {
+  it('is logged as a stop, not as a failure to load', async () => {
+    const stopped = await startObservedBackend({ STRATA_WARMUP: 'true' });
+    const starting = stopped.start();
+    // Close as soon as the model is loaded and warmup has begun.
+    for (let i = 0; i < 500 && !stopped.logs.some((l) => l.msg === 'model loaded'); i++) {
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    await stopped.host.close();
+    await starting;
+    await stopped.close();
+    expect(stopped.logs.some((l) => l.msg === 'model load stopped: the service is shutting down')).toBe(true);
+    expect(stopped.logs.filter((l) => l.level === 'error')).toEqual([]);
+  });
+});

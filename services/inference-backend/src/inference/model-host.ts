@@ -9,6 +9,7 @@ import { warmUp } from './warmup.js';
 export class ModelHost {
   private runtime: InferenceRuntime | undefined;
   private state = 'not started';
+  private closing = false;
   private readonly observers: RuntimeObserver[] = [];
 
   /**
@@ -75,7 +76,9 @@ export class ModelHost {
       this.state = 'failed';
       const message = (err as Error).message;
       this.readiness.set('model_loaded', false, `failed to load: ${message}`);
-      this.logger.error({ err }, 'model failed to load');
+      // A shutdown during load or warmup closes the engine under it: that is no failure.
+      if (this.closing) this.logger.info({ reason: message }, 'model load stopped: the service is shutting down');
+      else this.logger.error({ err }, 'model failed to load');
     }
   }
 
@@ -147,6 +150,7 @@ export class ModelHost {
   }
 
   async close(): Promise<void> {
+    this.closing = true;
     await this.runtime?.close();
   }
 }
