@@ -1,8 +1,10 @@
-// Each service's Dockerfile, checked structurally (no container engine runs here, so no image
+// Each service's image recipe, checked structurally (no container engine runs here, so no image
 // is built in CI): multi-stage, every base image pinned by tag, a non-root final USER, a
-// HEALTHCHECK, EXPOSE equal to the port the service's config defaults to, and the command the
-// chart runs. The backend builds the native engine with nvcc on a CUDA -devel stage and runs
-// on the matching -runtime image.
+// HEALTHCHECK, EXPOSE equal to the port the service's config defaults to, and a command that
+// starts the service. The Node services share services/Dockerfile (build args SERVICE and
+// PORT, substituted here as docker does); the backend builds the native engine with nvcc on a
+// CUDA -devel stage and runs on the matching -runtime image.
+import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -10,11 +12,23 @@ import { execForm, find, imagePin, parseDockerfile, type Stage } from './support
 import { repoRoot } from './support/tools.js';
 
 const services = [
-  { dir: 'edge-gateway', runtime: /^node:24-slim$/ },
-  { dir: 'router-service', runtime: /^node:24-slim$/ },
-  { dir: 'observability', runtime: /^node:24-slim$/ },
-  { dir: 'inference-backend', runtime: /^nvidia\/cuda:[\d.]+-runtime-ubuntu24\.04$/ },
+  { dir: 'edge-gateway', runtime: /^node:24-slim$/, file: 'services/Dockerfile' },
+  { dir: 'router-service', runtime: /^node:24-slim$/, file: 'services/Dockerfile' },
+  { dir: 'observability', runtime: /^node:24-slim$/, file: 'services/Dockerfile' },
+  {
+    dir: 'inference-backend',
+    runtime: /^nvidia\/cuda:[\d.]+-runtime-ubuntu24\.04$/,
+    file: 'services/inference-backend/Dockerfile',
+  },
 ];
+
+/** The file with ${NAME} and $NAME of its ARGs replaced by `args`, as docker build --build-arg does. */
+function withBuildArgs(text: string, args: Record<string, string>): string {
+  return text.replace(/\$\{(\w+)\}|\$(\w+)/g, (whole, braced?: string, bare?: string) => {
+    const name = (braced ?? bare) as string;
+    return name in args ? (args[name] as string) : whole;
+  });
+}
 
 /** The port a service listens on by default, read from its config source (`configFields.port(N)`). */
 function configuredPort(dir: string): number {
@@ -24,9 +38,9 @@ function configuredPort(dir: string): number {
   return Number(m[1]);
 }
 
-describe.each(services)('services/$dir/Dockerfile', ({ dir, runtime }) => {
-  const path = join(repoRoot, 'services', dir, 'Dockerfile');
-  const stages = parseDockerfile(readFileSync(path, 'utf8'));
+describe.each(services)('$file for $dir', ({ dir, runtime, file }) => {
+  const text = readFileSync(join(repoRoot, file), 'utf8');
+  const stages = parseDockerfile(withBuildArgs(text, { SERVICE: dir, PORT: String(configuredPort(dir)) }));
   const final = stages.at(-1) as Stage;
   const stageNames = new Set(stages.map((s) => s.name).filter(Boolean));
 
@@ -66,9 +80,19 @@ describe.each(services)('services/$dir/Dockerfile', ({ dir, runtime }) => {
     expect(find(final, 'ENV').some((e) => e.args.includes(`PORT=${port}`))).toBe(true);
   });
 
-  it('starts the command the Helm chart runs', () => {
+  it('starts the service: its dist/main.js, where the Helm chart runs it too', () => {
     const [cmd] = find(final, 'CMD');
-    expect(execForm(cmd?.args as string)).toEqual(['node', `services/${dir}/dist/main.js`]);
+    const command = execForm(cmd?.args as string);
+    if (file === 'services/Dockerfile') {
+      // One command for every service: main.js, written by the build, imports the service's.
+      expect(command).toEqual(['node', 'main.js']);
+      const runs = stages.flatMap((st) => find(st, 'RUN')).map((r) => r.args);
+      expect(runs.some((r) => r.includes(`deploy --prod --legacy "/out/services/${dir}"`))).toBe(true);
+      expect(runs.some((r) => r.includes(`> /out/main.js`) && r.includes(`"${dir}"`))).toBe(true);
+      expect(find(final, 'WORKDIR').map((w) => w.args)).toEqual(['/app']);
+    } else {
+      expect(command).toEqual(['node', `services/${dir}/dist/main.js`]);
+    }
   });
 
   it('deploys only its own package with production dependencies, copying files that exist', () => {
@@ -78,6 +102,30 @@ describe.each(services)('services/$dir/Dockerfile', ({ dir, runtime }) => {
       const sources = copy.args.split(/\s+/).slice(0, -1);
       for (const src of sources) expect(existsSync(join(repoRoot, src)), `${dir}: COPY ${src}`).toBe(true);
     }
+  });
+});
+
+describe('services/Dockerfile build arguments', () => {
+  const stages = parseDockerfile(readFileSync(join(repoRoot, 'services/Dockerfile'), 'utf8'));
+  const checks = stages.flatMap((st) => find(st, 'RUN')).filter((r) => r.args.startsWith('case '));
+  /** Runs the RUN line that checks `name` in sh, as the build would, with `value` in the environment. */
+  const check = (name: string, value: string) => {
+    const line = checks.find((r) => r.args.startsWith(`case "$${name}"`));
+    if (!line) throw new Error(`no RUN case "$${name}" in services/Dockerfile`);
+    return spawnSync('sh', ['-c', line.args], { env: { [name]: value }, encoding: 'utf8' });
+  };
+
+  it('refuses a missing or unknown SERVICE and a missing PORT, naming what it takes', () => {
+    for (const service of ['edge-gateway', 'router-service', 'observability']) {
+      expect(check('SERVICE', service).status).toBe(0);
+    }
+    for (const bad of ['', 'inference-backend', 'router']) {
+      const r = check('SERVICE', bad);
+      expect(r.status).toBe(1);
+      expect(r.stderr).toContain('must be edge-gateway, router-service or observability');
+    }
+    expect(check('PORT', '8081').status).toBe(0);
+    for (const bad of ['', '80a']) expect(check('PORT', bad).stderr).toContain('--build-arg PORT');
   });
 });
 
