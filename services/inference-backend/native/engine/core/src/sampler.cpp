@@ -74,6 +74,8 @@ void Sampler::mask_stops(const SamplingParams& p, float* x) const {
   }
 }
 
+// Penalties and stop masks, then greedy or temperature, top_k, top_p, min_p and a draw; then
+// the logprobs, raw (of the logits as they came) or processed (of the distribution drawn from).
 void Sampler::sample(Sequence& seq, float* x, SampleResult& out) {
   const SamplingParams& p = seq.params;
   const double u = seq.rng.uniform();
@@ -84,92 +86,28 @@ void Sampler::sample(Sequence& seq, float* x, SampleResult& out) {
   out.top.clear();
 
   const bool greedy = p.temperature < kGreedyTemperature;
-  if (greedy && !(p.logprobs >= 0 && p.processed_logprobs)) {
-    // Argmax straight over the logits; strict > keeps the lowest id on ties and skips NaN.
-    int32_t best = -1;
-    float best_logit = kNegInf;
-    for (int32_t v = 0; v < vocab_size_; ++v) {
-      if (x[v] > best_logit) {
-        best_logit = x[v];
-        best = v;
-      }
-    }
-    out.token = best < 0 ? 0 : best;  // every token masked: only when all are stop ids under min_tokens
+  // Every token masked (only when all are stop ids under min_tokens) gives token 0.
+  if ((greedy && !(p.logprobs >= 0 && p.processed_logprobs)) ||
+      !collect_candidates(x, greedy ? 1.0f : 1.0f / p.temperature)) {
+    out.token = greedy ? std::max(argmax(x), 0) : 0;
     out.logprob = 0.0f;
     if (raw_logprobs) fill_raw_logprobs(p.logprobs, out);
     return;
   }
-  const float inv_t = greedy ? 1.0f : 1.0f / p.temperature;
-  cand_.clear();
-  for (int32_t v = 0; v < vocab_size_; ++v) {
-    if (x[v] > kNegInf) {  // also drops NaN
-      x[v] *= inv_t;
-      cand_.push_back(v);
-    } else {
-      x[v] = kNegInf;
-    }
-  }
-  if (cand_.empty()) {  // every token masked: only when all are stop ids under min_tokens
-    out.token = 0;
-    out.logprob = 0.0f;
-    if (raw_logprobs) fill_raw_logprobs(p.logprobs, out);
-    return;
-  }
-  auto better = [x](int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); };
-
-  if (greedy) out.token = *std::min_element(cand_.begin(), cand_.end(), better);  // processed logprobs follow
-
   bool sorted = false;
-  if (!greedy) {
-    const int32_t k = p.top_k > 0 ? std::min<int32_t>(p.top_k, static_cast<int32_t>(cand_.size())) : 0;
-    if (k > 0 && k < static_cast<int32_t>(cand_.size())) {
-      std::nth_element(cand_.begin(), cand_.begin() + k, cand_.end(), better);
-      cand_.resize(static_cast<size_t>(k));
-    }
-    if (k > 0 || p.top_p < 1.0f) {
-      std::sort(cand_.begin(), cand_.end(), better);
-      sorted = true;
-    }
+  if (greedy) {
+    out.token = *std::min_element(cand_.begin(), cand_.end(),
+                                  [x](int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
+  } else {
+    sorted = keep_top_k(x, p.top_k, p.top_p < 1.0f);
   }
   float m = kNegInf;
   for (int32_t c : cand_) m = std::max(m, x[c]);
-  auto weigh = [&] {
-    double z = 0.0;
-    weight_.resize(cand_.size());
-    for (size_t i = 0; i < cand_.size(); ++i) z += weight_[i] = std::exp(static_cast<double>(x[cand_[i]]) - m);
-    return z;
-  };
-  double z = weigh();
-
-  if (!greedy && p.top_p < 1.0f) {  // keep a token while the mass before it is < top_p
-    const double limit = static_cast<double>(p.top_p) * z;
-    double before = 0.0;
-    size_t keep = 0;
-    while (keep < cand_.size() && before < limit) before += weight_[keep++];
-    cand_.resize(keep);
-    z = weigh();
-  }
-  if (!greedy && p.min_p > 0.0f) {  // p / p_max >= min_p
-    const double floor_w = static_cast<double>(p.min_p);
-    size_t keep = 0;
-    for (size_t i = 0; i < cand_.size(); ++i) {
-      if (weight_[i] >= floor_w) cand_[keep++] = cand_[i];
-    }
-    cand_.resize(keep);
-    z = weigh();
-  }
-
-  if (!greedy) {  // inverse CDF in candidate order (descending when sorted, else by id): deterministic
-    const double target = u * z;
-    double acc = 0.0;
-    out.token = cand_.back();
-    for (size_t i = 0; i < cand_.size(); ++i) {
-      acc += weight_[i];
-      if (acc > target) {
-        out.token = cand_[i];
-        break;
-      }
-    }
+  double z = weigh(x, m);
+  if (!greedy) {
+    if (p.top_p < 1.0f) z = keep_top_p(x, m, p.top_p, z);
+    if (p.min_p > 0.0f) z = keep_min_p(x, m, p.min_p);
+    out.token = draw(u, z);
   }
   if (p.logprobs < 0) return;
   if (raw_logprobs) {
@@ -179,6 +117,82 @@ void Sampler::sample(Sequence& seq, float* x, SampleResult& out) {
   const double log_z = m + std::log(z);
   out.logprob = static_cast<float>(x[out.token] - log_z);
   if (p.logprobs > 0) fill_top(x, log_z, p.logprobs, sorted, out);
+}
+
+// Strict > keeps the lowest id on ties and skips NaN; -1 when every logit is -inf or NaN.
+int32_t Sampler::argmax(const float* x) const {
+  int32_t best = -1;
+  float best_logit = kNegInf;
+  for (int32_t v = 0; v < vocab_size_; ++v) {
+    if (x[v] > best_logit) {
+      best_logit = x[v];
+      best = v;
+    }
+  }
+  return best;
+}
+
+bool Sampler::collect_candidates(float* x, float inv_t) {
+  cand_.clear();
+  for (int32_t v = 0; v < vocab_size_; ++v) {
+    if (x[v] > kNegInf) {  // also drops NaN
+      x[v] *= inv_t;
+      cand_.push_back(v);
+    } else {
+      x[v] = kNegInf;
+    }
+  }
+  return !cand_.empty();
+}
+
+bool Sampler::keep_top_k(const float* x, int32_t top_k, bool sort_for_top_p) {
+  auto better = [x](int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); };
+  const int32_t k = top_k > 0 ? std::min<int32_t>(top_k, static_cast<int32_t>(cand_.size())) : 0;
+  if (k > 0 && k < static_cast<int32_t>(cand_.size())) {
+    std::nth_element(cand_.begin(), cand_.begin() + k, cand_.end(), better);
+    cand_.resize(static_cast<size_t>(k));
+  }
+  if (k == 0 && !sort_for_top_p) return false;
+  std::sort(cand_.begin(), cand_.end(), better);
+  return true;
+}
+
+double Sampler::weigh(const float* x, float m) {
+  double z = 0.0;
+  weight_.resize(cand_.size());
+  for (size_t i = 0; i < cand_.size(); ++i) z += weight_[i] = std::exp(static_cast<double>(x[cand_[i]]) - m);
+  return z;
+}
+
+// Keeps a token while the mass before it is < top_p (candidates sorted, most likely first).
+double Sampler::keep_top_p(const float* x, float m, float top_p, double z) {
+  const double limit = static_cast<double>(top_p) * z;
+  double before = 0.0;
+  size_t keep = 0;
+  while (keep < cand_.size() && before < limit) before += weight_[keep++];
+  cand_.resize(keep);
+  return weigh(x, m);
+}
+
+// Keeps p / p_max >= min_p: weight_ is exp(logit - max), so p / p_max is the weight itself.
+double Sampler::keep_min_p(const float* x, float m, float min_p) {
+  const double floor_w = static_cast<double>(min_p);
+  size_t keep = 0;
+  for (size_t i = 0; i < cand_.size(); ++i) {
+    if (weight_[i] >= floor_w) cand_[keep++] = cand_[i];
+  }
+  cand_.resize(keep);
+  return weigh(x, m);
+}
+
+int32_t Sampler::draw(double u, double z) const {
+  const double target = u * z;
+  double acc = 0.0;
+  for (size_t i = 0; i < cand_.size(); ++i) {
+    acc += weight_[i];
+    if (acc > target) return cand_[i];
+  }
+  return cand_.back();
 }
 
 void Sampler::fill_top(const float* x, double log_z, int32_t n, bool sorted, SampleResult& out) {

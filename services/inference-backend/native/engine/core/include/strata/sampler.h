@@ -42,6 +42,18 @@ class Sampler {
  private:
   void apply_penalties(const Sequence& seq, float* logits);
   void mask_stops(const SamplingParams& params, float* logits) const;
+  // The steps of sample(), in order. Candidates are cand_ (token ids) over `logits`.
+  int32_t argmax(const float* logits) const;
+  // Scales every finite logit by inv_temperature into cand_; false when every token is masked.
+  bool collect_candidates(float* logits, float inv_temperature);
+  // top_k (when > 0), then sorts the candidates when top_p will need them in order; true if sorted.
+  bool keep_top_k(const float* logits, int32_t top_k, bool sort_for_top_p);
+  // weight_ = exp(logit - max) of cand_; returns their sum.
+  double weigh(const float* logits, float max_logit);
+  double keep_top_p(const float* logits, float max_logit, float top_p, double z);
+  double keep_min_p(const float* logits, float max_logit, float min_p);
+  // Inverse CDF over the weights in candidate order: deterministic for a given uniform draw.
+  int32_t draw(double uniform, double z) const;
   void fill_top(const float* logits, double log_z, int32_t n, bool sorted, SampleResult& out);
   void fill_raw_logprobs(int32_t n, SampleResult& out);
   uint32_t next_epoch();
