@@ -234,12 +234,22 @@ struct CudaBackend::Impl {
   bool sample_on_device = false;
   std::string sampling_note;  // why sampling runs on the CPU although options asked for the GPU
 
-  // Lays every weight out in one device allocation (q/k/v and gate/up fused by rows), then
-  // streams the checkpoint through two pinned buffers: while one chunk is copied to the device
-  // and converted, the next is read from the mapping.
+  // Lays every weight out in one device allocation (q/k/v and gate/up fused by rows), checks
+  // each checkpoint tensor against the config, then streams them to the device.
   void load_weights(const std::filesystem::path& model_dir) {
     SafetensorsArchive archive = SafetensorsArchive::open_model_dir(model_dir);
-    const bool has_embed = archive.find(kEmbedName) != nullptr, has_head = archive.find(kLmHeadName) != nullptr;
+    lay_out_weights();
+    const std::vector<WeightTarget> targets = weight_targets();
+    stream_weights(targets, checked_sources(archive, targets));
+  }
+
+  // A checkpoint tensor's place on the device: a whole weight, or a row range of a fused one.
+  struct WeightTarget {
+    std::string name;
+    void* dst;
+  };
+
+  void lay_out_weights() {
     const bool separate_head = !config.tie_word_embeddings;
     const int64_t norm = hidden, bias_q = config.attention_bias ? qkv_dim : 0;
     const int64_t bias_o = has_o_proj_bias(config) ? hidden : 0;
@@ -268,37 +278,44 @@ struct CudaBackend::Impl {
       l.gate_up = take(2 * inter * hidden);
       l.down = take(hidden * inter);
     }
+  }
 
-    // Where each checkpoint tensor goes: a whole weight, or a row range of a fused one.
-    std::vector<std::pair<std::string, void*>> targets;
-    targets.emplace_back(kEmbedName, embed);
-    if (separate_head) targets.emplace_back(kLmHeadName, lm_head);
-    targets.emplace_back("model.norm.weight", final_norm);
+  std::vector<WeightTarget> weight_targets() const {
+    std::vector<WeightTarget> targets;
+    targets.push_back(WeightTarget{kEmbedName, embed});
+    if (!config.tie_word_embeddings) targets.push_back(WeightTarget{kLmHeadName, lm_head});
+    targets.push_back(WeightTarget{"model.norm.weight", final_norm});
     for (int32_t i = 0; i < config.num_layers; ++i) {
       const CudaLayer& l = layers[i];
       const std::string p = "model.layers." + std::to_string(i) + ".";
-      targets.emplace_back(p + "input_layernorm.weight", l.input_norm);
-      targets.emplace_back(p + "self_attn.q_proj.weight", l.qkv);
-      targets.emplace_back(p + "self_attn.k_proj.weight", row(l.qkv, q_dim, hidden));
-      targets.emplace_back(p + "self_attn.v_proj.weight", row(l.qkv, q_dim + kv_dim, hidden));
+      targets.push_back(WeightTarget{p + "input_layernorm.weight", l.input_norm});
+      targets.push_back(WeightTarget{p + "self_attn.q_proj.weight", l.qkv});
+      targets.push_back(WeightTarget{p + "self_attn.k_proj.weight", row(l.qkv, q_dim, hidden)});
+      targets.push_back(WeightTarget{p + "self_attn.v_proj.weight", row(l.qkv, q_dim + kv_dim, hidden)});
       if (l.qkv_bias) {
-        targets.emplace_back(p + "self_attn.q_proj.bias", l.qkv_bias);
-        targets.emplace_back(p + "self_attn.k_proj.bias", row(l.qkv_bias, q_dim, 1));
-        targets.emplace_back(p + "self_attn.v_proj.bias", row(l.qkv_bias, q_dim + kv_dim, 1));
+        targets.push_back(WeightTarget{p + "self_attn.q_proj.bias", l.qkv_bias});
+        targets.push_back(WeightTarget{p + "self_attn.k_proj.bias", row(l.qkv_bias, q_dim, 1)});
+        targets.push_back(WeightTarget{p + "self_attn.v_proj.bias", row(l.qkv_bias, q_dim + kv_dim, 1)});
       }
-      targets.emplace_back(p + "self_attn.o_proj.weight", l.o_proj);
-      if (l.o_bias) targets.emplace_back(p + "self_attn.o_proj.bias", l.o_bias);
-      targets.emplace_back(p + "post_attention_layernorm.weight", l.post_norm);
-      targets.emplace_back(p + "mlp.gate_proj.weight", l.gate_up);
-      targets.emplace_back(p + "mlp.up_proj.weight", row(l.gate_up, inter, hidden));
-      targets.emplace_back(p + "mlp.down_proj.weight", l.down);
+      targets.push_back(WeightTarget{p + "self_attn.o_proj.weight", l.o_proj});
+      if (l.o_bias) targets.push_back(WeightTarget{p + "self_attn.o_proj.bias", l.o_bias});
+      targets.push_back(WeightTarget{p + "post_attention_layernorm.weight", l.post_norm});
+      targets.push_back(WeightTarget{p + "mlp.gate_proj.weight", l.gate_up});
+      targets.push_back(WeightTarget{p + "mlp.up_proj.weight", row(l.gate_up, inter, hidden)});
+      targets.push_back(WeightTarget{p + "mlp.down_proj.weight", l.down});
     }
+    return targets;
+  }
 
+  // The archive's tensor for each target, its shape and dtype checked against the config.
+  std::vector<const TensorInfo*> checked_sources(const SafetensorsArchive& archive,
+                                                 const std::vector<WeightTarget>& targets) const {
+    const bool has_embed = archive.find(kEmbedName) != nullptr, has_head = archive.find(kLmHeadName) != nullptr;
     // Shapes from the one list of a config's tensors (tensor_slots), so they match the CPU loader's.
-    std::vector<int64_t> expected_elems;
     std::vector<const TensorInfo*> sources;
     const std::vector<TensorSlot> slots = tensor_slots(config, nullptr);
-    for (const auto& [name, dst] : targets) {
+    for (const WeightTarget& target : targets) {
+      const std::string& name = target.name;
       std::string source = name;
       if (name == kEmbedName && config.tie_word_embeddings && !has_embed && has_head) source = kLmHeadName;
       const TensorInfo* t = archive.find(source);
@@ -314,13 +331,15 @@ struct CudaBackend::Impl {
         throw ModelError(model_error_code::kWeights, "tensor \"" + source + "\" has shape [" + got + "], the config needs [" +
                                                          want + "]");
       }
-      int64_t elems = 1;
-      for (int64_t d : t->shape) elems *= d;
-      checkpoint_dtype(*t);
-      expected_elems.push_back(elems);
+      checkpoint_dtype(*t);  // throws for a dtype it cannot convert
       sources.push_back(t);
     }
+    return sources;
+  }
 
+  // Two pinned buffers in turn: while one chunk is copied to the device and converted, the
+  // next is read from the mapping.
+  void stream_weights(const std::vector<WeightTarget>& targets, const std::vector<const TensorInfo*>& sources) {
     constexpr size_t kChunk = size_t{64} << 20;
     PinnedMemory staging[2] = {PinnedMemory(kChunk), PinnedMemory(kChunk)};
     DeviceMemory raw[2] = {DeviceMemory(kChunk, "weight staging"), DeviceMemory(kChunk, "weight staging")};
@@ -331,18 +350,20 @@ struct CudaBackend::Impl {
     try {
       for (size_t i = 0; i < sources.size(); ++i) {
         const TensorInfo& t = *sources[i];
+        int64_t elems = 1;
+        for (int64_t d : t.shape) elems *= d;
         const DType src_dtype = checkpoint_dtype(t);
         const size_t src_size = cuda::dtype_size(src_dtype);
         const int64_t elems_per_chunk = int64_t(kChunk / src_size);
-        for (int64_t first = 0; first < expected_elems[i]; first += elems_per_chunk) {
-          const int64_t n = std::min(elems_per_chunk, expected_elems[i] - first);
+        for (int64_t first = 0; first < elems; first += elems_per_chunk) {
+          const int64_t n = std::min(elems_per_chunk, elems - first);
           const int s = slot_index;
           slot_index ^= 1;
           if (in_flight[s]) cuda::check(cudaEventSynchronize(done[s]), "waiting for a weight chunk");
           std::memcpy(staging[s].as(), t.data + first * int64_t(src_size), size_t(n) * src_size);
           cuda::check(cudaMemcpyAsync(raw[s].as(), staging[s].as(), size_t(n) * src_size, cudaMemcpyHostToDevice, stream),
                       "copying weights to the GPU");
-          cuda::convert(src_dtype, raw[s].as(), dtype, static_cast<char*>(targets[i].second) + first * int64_t(esize), n,
+          cuda::convert(src_dtype, raw[s].as(), dtype, static_cast<char*>(targets[i].dst) + first * int64_t(esize), n,
                         stream);
           cuda::check(cudaEventRecord(done[s], stream), "cudaEventRecord");
           in_flight[s] = true;
