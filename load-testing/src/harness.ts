@@ -8,7 +8,7 @@ import { basename, join } from 'node:path';
 import { type NamedUrl, writePrometheusConfig, writeRoutesFile, writeTenantsFile } from './config-files.js';
 import { ManagedService } from './managed.js';
 import { modelDirWithChatTemplate } from './model-dir.js';
-import { entryOf, fastModelDir } from './platform.js';
+import { entryOf, fastModelDir, type ServiceName } from './platform.js';
 import { answers200, freePort, waitUntil } from './ports.js';
 import { PrometheusProcess } from './prometheus.js';
 import { RedisProcess } from './redis.js';
@@ -59,108 +59,115 @@ async function routerReady(routerUrl: string, backend: string): Promise<boolean>
   return new RegExp(`^strata_router_backend_ready\\{[^}]*backend="${backend}"[^}]*\\} 1$`, 'm').test(text);
 }
 
+/** Starts services on 127.0.0.1, remembering how to stop each, last started first stopped. */
+class Launcher {
+  readonly stops: (() => Promise<unknown>)[] = [];
+  constructor(private readonly onLine: (label: string, line: string) => void) {}
+
+  async service(
+    label: string,
+    pkg: ServiceName,
+    port: number,
+    env: NodeJS.ProcessEnv,
+  ): Promise<ManagedService> {
+    const service = new ManagedService({
+      label,
+      entry: entryOf(pkg),
+      host: '127.0.0.1',
+      port,
+      env,
+      onLine: this.onLine,
+    });
+    await service.start();
+    this.stops.push(() => service.stop());
+    return service;
+  }
+
+  async stopAll(): Promise<void> {
+    for (const stop of this.stops.reverse()) await stop().catch(() => {});
+  }
+}
+
+/** The processes of the platform, started in dependency order: Redis, backends, router, edge, sidecars. */
+async function startServices(
+  launch: Launcher,
+  dir: string,
+  modelDir: string,
+  modelName: string,
+  options: HarnessOptions,
+) {
+  const redis = new RedisProcess(await freePort(), dir);
+  await redis.start();
+  launch.stops.push(() => redis.stop());
+  // Two backends on two cores: one compute thread each. Fixed ports, so a restart keeps its URL.
+  const backends = await Promise.all(
+    [1, 2].map(async (i) =>
+      launch.service(`backend-${i}`, 'inference-backend', await freePort(), {
+        STRATA_MODEL_DIR: modelDir,
+        STRATA_SERVED_MODEL_NAME: modelName,
+        STRATA_ENGINE_THREADS: '1',
+        ...options.backendEnv,
+      }),
+    ),
+  );
+  const pool: NamedUrl[] = backends.map((b) => ({ name: b.label, url: b.url }));
+  const router = await launch.service('router', 'router-service', 0, {
+    STRATA_ROUTES_FILE: writeRoutesFile(dir, pool),
+    REDIS_URL: redis.url,
+    ...options.routerEnv,
+  });
+  const { file: tenantsFile, tenant } = writeTenantsFile(
+    dir,
+    options.tenantLimits ?? { requestsPerMinute: 1_000_000, tokensPerMinute: 1_000_000_000 },
+  );
+  const edge = await launch.service('edge', 'edge-gateway', 0, {
+    STRATA_ROUTER_URL: router.url,
+    REDIS_URL: redis.url,
+    STRATA_EDGE_TENANTS_FILE: tenantsFile,
+    ...options.edgeEnv,
+  });
+  const sidecars = await Promise.all(
+    backends.map((backend, i) =>
+      launch.service(`sidecar-${i + 1}`, 'observability', 0, { STRATA_BACKEND_URL: backend.url }),
+    ),
+  );
+  return { redis, backends, pool, router, edge, sidecars, apiKey: tenant.apiKey };
+}
+
+/** Until the backends are ready, the router routes to every one of them and the edge is ready. */
+async function waitForTraffic(backends: ManagedService[], router: ManagedService, edge: ManagedService) {
+  for (const b of backends)
+    await waitUntil(`${b.label} ready`, () => answers200(`${b.url}/health/ready`), 120_000);
+  const waitRouterSeesAll = () =>
+    waitUntil('the router to see every backend ready', async () => {
+      for (const b of backends) if (!(await routerReady(router.url, b.label))) return false;
+      return true;
+    });
+  await waitRouterSeesAll();
+  await waitUntil('edge ready', () => answers200(`${edge.url}/health/ready`));
+  return waitRouterSeesAll;
+}
+
 export async function startHarness(options: HarnessOptions = {}): Promise<Harness> {
   const sourceModel = fastModelDir();
   if (!sourceModel) throw new Error('no model: set STRATA_MODELS_DIR (tinystories-656k) or STRATA_MODEL_DIR');
   const dir = mkdtempSync(join(tmpdir(), 'strata-harness-'));
   const modelName = basename(sourceModel);
-  const modelDir = modelDirWithChatTemplate(sourceModel, dir);
-  const host = '127.0.0.1';
-  const onLine = options.onLine ?? (() => {});
-  const redis = new RedisProcess(await freePort(), dir);
-  const stopped: (() => Promise<unknown>)[] = [];
-  const harness: Partial<Harness> = {};
-
-  const stopAll = async () => {
-    for (const stop of stopped.reverse()) await stop().catch(() => {});
+  const launch = new Launcher(options.onLine ?? (() => {}));
+  const stop = async () => {
+    await launch.stopAll();
     rmSync(dir, { recursive: true, force: true });
   };
-
   try {
-    await redis.start();
-    stopped.push(() => redis.stop());
-
-    // Two backends on two cores: one compute thread each.
-    const backends = await Promise.all(
-      [1, 2].map(async (i) => {
-        const backend = new ManagedService({
-          label: `backend-${i}`,
-          entry: entryOf('inference-backend'),
-          host,
-          port: await freePort(),
-          env: {
-            STRATA_MODEL_DIR: modelDir,
-            STRATA_SERVED_MODEL_NAME: modelName,
-            STRATA_ENGINE_THREADS: '1',
-            ...options.backendEnv,
-          },
-          onLine,
-        });
-        await backend.start();
-        stopped.push(() => backend.stop());
-        return backend;
-      }),
-    );
-    const pool: NamedUrl[] = backends.map((b) => ({ name: b.label, url: b.url }));
-    const routesFile = writeRoutesFile(dir, pool);
-
-    const router = new ManagedService({
-      label: 'router',
-      entry: entryOf('router-service'),
-      host,
-      port: 0,
-      env: { STRATA_ROUTES_FILE: routesFile, REDIS_URL: redis.url, ...options.routerEnv },
-      onLine,
-    });
-    await router.start();
-    stopped.push(() => router.stop());
-
-    const { file: tenantsFile, tenant } = writeTenantsFile(
+    const started = await startServices(
+      launch,
       dir,
-      options.tenantLimits ?? { requestsPerMinute: 1_000_000, tokensPerMinute: 1_000_000_000 },
+      modelDirWithChatTemplate(sourceModel, dir),
+      modelName,
+      options,
     );
-    const edge = new ManagedService({
-      label: 'edge',
-      entry: entryOf('edge-gateway'),
-      host,
-      port: 0,
-      env: {
-        STRATA_ROUTER_URL: router.url,
-        REDIS_URL: redis.url,
-        STRATA_EDGE_TENANTS_FILE: tenantsFile,
-        ...options.edgeEnv,
-      },
-      onLine,
-    });
-    await edge.start();
-    stopped.push(() => edge.stop());
-
-    const sidecars = await Promise.all(
-      backends.map(async (backend, i) => {
-        const sidecar = new ManagedService({
-          label: `sidecar-${i + 1}`,
-          entry: entryOf('observability'),
-          host,
-          port: 0,
-          env: { STRATA_BACKEND_URL: backend.url },
-          onLine,
-        });
-        await sidecar.start();
-        stopped.push(() => sidecar.stop());
-        return sidecar;
-      }),
-    );
-
-    for (const b of backends)
-      await waitUntil(`${b.label} ready`, () => answers200(`${b.url}/health/ready`), 120_000);
-    const waitRouterSeesAll = () =>
-      waitUntil('the router to see every backend ready', async () => {
-        for (const b of backends) if (!(await routerReady(router.url, b.label))) return false;
-        return true;
-      });
-    await waitRouterSeesAll();
-    await waitUntil('edge ready', () => answers200(`${edge.url}/health/ready`));
-
+    const { redis, backends, pool, router, edge, sidecars } = started;
+    const waitRouterSeesAll = await waitForTraffic(backends, router, edge);
     let prometheus: PrometheusProcess | undefined;
     if (options.prometheus) {
       const config = writePrometheusConfig(dir, {
@@ -170,18 +177,15 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
         observability: sidecars.map((s) => ({ name: s.label, url: s.url })),
       });
       prometheus = new PrometheusProcess(config, join(dir, 'prometheus-data'));
-      stopped.push(() => prometheus?.stop() ?? Promise.resolve());
+      launch.stops.push(() => prometheus?.stop() ?? Promise.resolve());
       await prometheus.start();
     }
-
     const entry = options.entry ?? (process.env.STRATA_LOAD_ENTRY === 'router' ? 'router' : 'edge');
-    const all = () => [redis, ...backends, ...sidecars, router, edge];
-
-    Object.assign(harness, {
+    return {
       dir,
       entry,
       entryUrl: entry === 'edge' ? edge.url : router.url,
-      apiKey: tenant.apiKey,
+      apiKey: started.apiKey,
       modelName,
       redis,
       backends,
@@ -189,7 +193,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
       router,
       edge,
       prometheus,
-      crashes: () => all().flatMap((p) => p.crashes),
+      crashes: () => [redis, ...backends, ...sidecars, router, edge].flatMap((p) => p.crashes),
       waitRouterSeesAll,
       restartBackend: async (index: number) => {
         const backend = backends[index];
@@ -198,11 +202,10 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
         await waitUntil(`${backend.label} ready`, () => answers200(`${backend.url}/health/ready`), 120_000);
         await waitRouterSeesAll();
       },
-      stop: stopAll,
-    } satisfies Harness);
-    return harness as Harness;
+      stop,
+    };
   } catch (err) {
-    await stopAll();
+    await stop();
     throw err;
   }
 }
