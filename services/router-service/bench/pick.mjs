@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// Benchmark: time to pick a backend among 64 (filter -> 4 scorers -> weighted sum -> guard ->
-// ordered candidate list), from dist/ as the service runs it. Backends carry realistic load
+// Benchmark: time to pick a backend among 64 (filter -> the rule's profile of 4 weighted scorers ->
+// guard -> ordered candidate list), from dist/ as the service runs it. Backends carry realistic load
 // (some stale, some not ready, some saturated); the prefix index is warmed with 2,000 prompt
 // families spread over the pool. Three measurements, each per call with hrtime:
 //   pick      pick() with the prompt's prefix hashes already computed (target: <= 50 us);
@@ -14,7 +14,7 @@ import { availableParallelism, cpus } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { PrefixIndex, parseRoutingConfig, pick } from '../dist/routing/index.js';
+import { filterBackends, PrefixIndex, parseRoutingConfig, pick, profileOf } from '../dist/routing/index.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const repo = resolve(here, '..', '..', '..');
@@ -88,9 +88,10 @@ function measure(n, fn) {
 }
 
 let sink = 0;
+// As the router runs it per request: filter, the rule's profile, pick.
+const choose = (backends, options) => pick(filterBackends(backends, NOW, 250), profileOf(policy), options);
 const doPick = (i) => {
-  const r = pick(snapshots[i & 15], policy, {
-    now: NOW,
+  const r = choose(snapshots[i & 15], {
     prefixHashes: hashed[i & 511],
     prefixIndex: index,
     sessionBackend: sessions[i & 511],
@@ -100,7 +101,7 @@ const doPick = (i) => {
 };
 const doRequest = (i) => {
   const hashes = index.hashes(prompts[i & 511]);
-  const r = pick(snapshots[i & 15], policy, { now: NOW, prefixHashes: hashes, prefixIndex: index });
+  const r = choose(snapshots[i & 15], { prefixHashes: hashes, prefixIndex: index });
   const chosen = r.candidates[0];
   if (chosen) index.record(hashes, chosen.backend.name);
   sink += r.candidates.length;
@@ -144,7 +145,7 @@ writeFileSync(
       units: 'us',
       target: { pick_p99_us: TARGET_US, met: rows[0].p99_us <= TARGET_US },
       notes:
-        'pick = filter + 4 scorers + weighted sum + saturation guard + sort + reason string, prefix hashes precomputed; ' +
+        'pick = filter + profile + 4 scorers + weighted sum + saturation guard + sort + reason string, prefix hashes precomputed; ' +
         'hash = PrefixIndex.hashes of an ~8 KiB prompt; request = hash + pick + record. Per-call hrtime, after 20k warm-up picks.',
       rows,
     },

@@ -1,5 +1,6 @@
 import { baseServiceEnv, baseServiceSchema, configFields, type EnvMap } from '@strata/common';
 import { z } from 'zod';
+import { DEFAULT_LOAD_MAX_AGE_MS } from './routing/backend-state.js';
 
 export const configSchema = baseServiceSchema.extend({
   port: configFields.port(8081),
@@ -24,6 +25,8 @@ export const configSchema = baseServiceSchema.extend({
     .object({
       probeIntervalMs: configFields.positiveInt(1_000),
       loadIntervalMs: configFields.positiveInt(100),
+      /** A load report older than this, in ms, counts as unknown: scored neutrally, never saturated. */
+      loadMaxAgeMs: configFields.positiveInt(DEFAULT_LOAD_MAX_AGE_MS),
     })
     .prefault({}),
 });
@@ -40,6 +43,7 @@ export const configEnv: EnvMap = {
   'retry.deadlineMs': 'STRATA_RETRY_DEADLINE_MS',
   'health.probeIntervalMs': 'STRATA_HEALTH_PROBE_INTERVAL_MS',
   'health.loadIntervalMs': 'STRATA_LOAD_POLL_INTERVAL_MS',
+  'health.loadMaxAgeMs': 'STRATA_LOAD_MAX_AGE_MS',
 };
 /** Environment variable naming an optional YAML config file. */
 export const CONFIG_FILE_ENV = 'STRATA_ROUTER_CONFIG';

@@ -71,7 +71,8 @@ export async function buildRouterParts(
     backends: allBackends(routing(), discovery.backends()),
     registry,
     logger,
-    ...config.health,
+    probeIntervalMs: config.health.probeIntervalMs,
+    loadIntervalMs: config.health.loadIntervalMs,
   });
 
   let store: SessionStore;
@@ -98,6 +99,7 @@ export async function buildRouterParts(
       tracker: running,
       affinity,
       retry: config.retry,
+      loadMaxAgeMs: config.health.loadMaxAgeMs,
       discovered: (pool) => discovery.members(pool),
     },
     close: async () => {

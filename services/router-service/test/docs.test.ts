@@ -4,13 +4,9 @@
 import { once } from 'node:events';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createLogger, createMetrics, loadConfig, Readiness } from '@strata/common';
 import { idleLoadReport, loadDocs } from '@strata/common/testing';
-import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildApp } from '../src/app.js';
-import { configEnv, configSchema } from '../src/config.js';
-import { buildRouterParts, type RouterParts } from '../src/wiring.js';
+import { buildTestRouter, type TestRouter } from './support/router.js';
 
 interface Received {
   path: string;
@@ -63,20 +59,10 @@ async function startPrefixProxy(
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, server };
 }
 
-async function startRouter(
-  backendUrl: string,
-): Promise<{ url: string; app: FastifyInstance; parts: RouterParts }> {
-  const config = loadConfig({
-    schema: configSchema,
-    envMap: configEnv,
-    env: { STRATA_BACKEND_URL: backendUrl },
-  });
-  const logger = createLogger({ service: 'router-service', level: 'silent' });
-  const metrics = createMetrics('router-service', { defaultMetrics: false });
-  const parts = await buildRouterParts(config, logger, metrics.registry);
-  const app = buildApp({ config, logger, metrics, readiness: new Readiness() }, parts.deps);
-  await app.listen({ host: '127.0.0.1', port: 0 });
-  return { url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, app, parts };
+async function startRouter(backendUrl: string): Promise<TestRouter & { url: string }> {
+  const router = await buildTestRouter({ STRATA_BACKEND_URL: backendUrl }, ['local']);
+  await router.app.listen({ host: '127.0.0.1', port: 0 });
+  return { ...router, url: `http://127.0.0.1:${(router.app.server.address() as AddressInfo).port}` };
 }
 
 let backend: Awaited<ReturnType<typeof startRecordingBackend>>;
@@ -86,16 +72,12 @@ let proxy: Awaited<ReturnType<typeof startPrefixProxy>>;
 beforeAll(async () => {
   backend = await startRecordingBackend();
   router = await startRouter(backend.url);
-  await router.parts.deps.tracker.refresh();
-  const local = router.parts.deps.tracker.get('local');
-  if (!local?.ready) throw new Error(`the router did not see its backend ready: ${JSON.stringify(local)}`);
   proxy = await startPrefixProxy(router.url, '/strata');
 });
 
 afterAll(async () => {
   proxy?.server.close();
-  await router?.app.close();
-  await router?.parts.close();
+  await router?.close();
   backend?.server.close();
 });
 

@@ -4,64 +4,27 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createMetrics, loadConfig, Readiness } from '@strata/common';
 import { optionalTestModel, SpawnedRedis } from '@strata/common/testing';
-import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildApp } from '../src/app.js';
-import { configEnv, configSchema } from '../src/config.js';
-import { buildRouterParts, type RouterParts } from '../src/wiring.js';
 import { type BackendProcess, startBackendProcess, waitReady } from './support/backend-process.js';
-import { captureLogger } from './support/log.js';
+import { buildTestRouter, type TestRouter } from './support/router.js';
 
 const tiny = optionalTestModel('tinystories-656k');
 
-interface Router {
+interface Router extends TestRouter {
   url: string;
-  app: FastifyInstance;
-  parts: RouterParts;
-  lines: Array<Record<string, unknown>>;
-  close(): Promise<void>;
 }
 
 async function startRouter(
   env: Record<string, string>,
   expectReady: string[] = ['b1', 'b2'],
 ): Promise<Router> {
-  const config = loadConfig({
-    schema: configSchema,
-    envMap: configEnv,
-    env: { STRATA_HEALTH_PROBE_INTERVAL_MS: '100', STRATA_LOAD_POLL_INTERVAL_MS: '50', ...env },
-  });
-  const { logger, lines } = captureLogger();
-  const metrics = createMetrics('router-service', { defaultMetrics: false });
-  const parts = await buildRouterParts(config, logger, metrics.registry);
-  const app = buildApp({ config, logger, metrics, readiness: new Readiness() }, parts.deps);
-  await app.listen({ host: '127.0.0.1', port: 0 });
-  // Traffic starts once the tracker has seen the expected backends ready (a probe can time out
-  // while the machine is busy starting other test files).
-  const ready = () =>
-    expectReady.every((name) =>
-      parts.deps.tracker.snapshot().some((b) => b.name === name && b.ready && b.healthy),
-    );
-  for (let i = 0; i < 100 && !ready(); i++) {
-    await parts.deps.tracker.refresh();
-    if (!ready()) await new Promise((r) => setTimeout(r, 50));
-  }
-  if (!ready())
-    throw new Error(
-      `router never saw ${expectReady.join(', ')} ready: ${JSON.stringify(parts.deps.tracker.snapshot())}`,
-    );
-  return {
-    url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`,
-    app,
-    parts,
-    lines,
-    close: async () => {
-      await app.close();
-      await parts.close();
-    },
-  };
+  const router = await buildTestRouter(
+    { STRATA_HEALTH_PROBE_INTERVAL_MS: '100', STRATA_LOAD_POLL_INTERVAL_MS: '50', ...env },
+    expectReady,
+  );
+  await router.app.listen({ host: '127.0.0.1', port: 0 });
+  return { ...router, url: `http://127.0.0.1:${(router.app.server.address() as AddressInfo).port}` };
 }
 
 const backends: Record<string, BackendProcess> = {};

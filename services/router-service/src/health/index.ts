@@ -1,2 +1,1 @@
-export * from './load.js';
 export * from './tracker.js';

@@ -1,7 +1,8 @@
 // Backend health and load for the picker (docs/architecture.md: Wire contracts, Routing):
 // - active probes: GET /health/ready every probeIntervalMs; ready means a 200;
-// - load polling: GET /load every loadIntervalMs, kept with its receive time (`at`) so the
-//   picker can treat old load as unknown (isLoadFresh);
+// - load polling: GET /load every loadIntervalMs, parsed with the shared contract
+//   (@strata/common loadReportSchema; extra fields are ignored) and kept with its receive time
+//   (`at`) so the picker can treat old load as unknown (routing/backend-state.ts, freshLoad);
 // - passive ejection: callers report request failures (connection error, 5xx) and successes;
 //   failureThreshold consecutive failures eject the backend for a backoff that doubles with each
 //   ejection up to ejectionMaxMs. When the backoff ends the backend is half-open: healthy again,
@@ -13,9 +14,16 @@
 // failureThreshold): one slow answer on a busy node is not a verdict, and an unreachable backend
 // is ejected sooner by the load polls' failures anyway. Not ready is also taken from a /load report
 // that says ready: false (it is polled ten times as often), but only a probe makes it ready.
-import { Counter, Gauge, type Logger, type Registry } from '@strata/common';
+import {
+  Counter,
+  Gauge,
+  type LoadReport,
+  type Logger,
+  loadReportSchema,
+  type Registry,
+} from '@strata/common';
 import { Agent, request } from 'undici';
-import { type BackendLoad, loadReportSchema, toBackendLoad } from './load.js';
+import type { BackendLoad } from '../routing/backend-state.js';
 
 export interface BackendEndpoint {
   name: string;
@@ -335,6 +343,17 @@ export class BackendTracker {
 function metric<T>(registry: Registry, name: string, create: () => T): T {
   const existing = registry.getSingleMetric(name);
   return existing ? (existing as unknown as T) : create();
+}
+
+// Receive time on the router's clock, not the backend's.
+function toBackendLoad(report: LoadReport, at: number): BackendLoad {
+  return {
+    waiting: report.waiting,
+    running: report.running,
+    kvUsage: report.kv_usage,
+    freeBlocks: report.kv_blocks_free,
+    at,
+  };
 }
 
 function parseJson(text: string): unknown {

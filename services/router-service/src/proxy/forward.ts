@@ -32,7 +32,7 @@ export interface ForwardRequest {
   method: 'GET' | 'POST';
   path: string;
   headers: Record<string, string>;
-  body?: string;
+  body?: string | Uint8Array;
   /** Aborted when the client goes away: the upstream request is cancelled. */
   signal: AbortSignal;
   /** Added to the response as x-strata-route. */

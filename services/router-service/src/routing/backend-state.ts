@@ -1,5 +1,6 @@
 // The picker's view of one backend. Health and load are written by src/health/ and read here;
-// load is only trusted while it is fresh (DESIGN §3: older than ~250 ms counts as unknown).
+// load is only trusted while it is fresh (docs/architecture.md, Wire contracts: older than the
+// limit, STRATA_LOAD_MAX_AGE_MS, counts as unknown).
 
 /** From the backend's compact load endpoint. */
 export interface BackendLoad {
@@ -22,14 +23,14 @@ export interface BackendState {
   load?: BackendLoad;
 }
 
+/** The default freshness limit of a load report (config health.loadMaxAgeMs). */
 export const DEFAULT_LOAD_MAX_AGE_MS = 250;
 
 /** The load if it is at most maxAgeMs old at `now`, else undefined (unknown). */
 export function freshLoad(
-  backend: BackendState,
+  load: BackendLoad | undefined,
   now: number,
-  maxAgeMs: number = DEFAULT_LOAD_MAX_AGE_MS,
+  maxAgeMs: number,
 ): BackendLoad | undefined {
-  const load = backend.load;
   return load !== undefined && now - load.at <= maxAgeMs ? load : undefined;
 }

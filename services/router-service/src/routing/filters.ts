@@ -25,14 +25,15 @@ export interface FilterResult {
 export function filterBackends(
   backends: readonly BackendState[],
   now: number,
-  loadMaxAgeMs?: number,
+  /** Load older than this at `now` counts as unknown. */
+  loadMaxAgeMs: number,
 ): FilterResult {
   const eligible: EligibleBackend[] = [];
   const excluded: ExcludedBackend[] = [];
   for (const backend of backends) {
     if (!backend.ready) excluded.push({ name: backend.name, why: 'not ready' });
     else if (!backend.healthy) excluded.push({ name: backend.name, why: 'ejected' });
-    else eligible.push({ backend, load: freshLoad(backend, now, loadMaxAgeMs) });
+    else eligible.push({ backend, load: freshLoad(backend.load, now, loadMaxAgeMs) });
   }
   return { eligible, excluded };
 }

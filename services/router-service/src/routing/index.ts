@@ -3,6 +3,7 @@ export * from './filters.js';
 export * from './picker.js';
 export * from './reload.js';
 export * from './rules.js';
+export * from './scorers/index.js';
 export * from './scorers/kv-usage.js';
 export * from './scorers/prefix.js';
 export * from './scorers/prefix-index.js';

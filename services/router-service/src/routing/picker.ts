@@ -1,16 +1,15 @@
-// The picking pipeline: filter -> score -> weigh -> saturation guard -> ordered candidates.
-// Pure: no I/O, no clock (the caller passes `now`), nothing mutated. The caller tries the
-// candidates in order (retries walk down the list) and records the prefix for the one used.
+// The picking pipeline after the filters: score -> weigh -> saturation guard -> ordered
+// candidates. Pure: no I/O, no clock, nothing mutated. The scorers come in a profile (each with
+// its weight), so the picker names none of them. The caller filters first (filters.ts), tries
+// the candidates in order (retries walk down the list) and records the prefix for the one used.
 import type { BackendState } from './backend-state.js';
-import { type EligibleBackend, type ExcludedBackend, filterBackends } from './filters.js';
-import type { Policy, Weights } from './rules.js';
-import { kvUsageScorer } from './scorers/kv-usage.js';
-import { prefixScorer } from './scorers/prefix.js';
-import { queueScorer } from './scorers/queue.js';
-import { sessionScorer } from './scorers/session.js';
-import type { ScoreInput, ScorerName } from './scorers/types.js';
+import type { EligibleBackend, ExcludedBackend, FilterResult } from './filters.js';
+import type { Policy, Saturation } from './rules.js';
+import { SCORERS } from './scorers/index.js';
+import type { ScoreInput, Scorer } from './scorers/types.js';
 
-export type ScoresByScorer = Record<ScorerName, number>;
+/** Each scorer's score, by scorer name, in profile order. */
+export type ScoresByScorer = Record<string, number>;
 
 export interface Candidate {
   backend: BackendState;
@@ -36,10 +35,26 @@ export interface PickResult {
   reason: string;
 }
 
+export interface WeightedScorer {
+  readonly scorer: Scorer;
+  readonly weight: number;
+}
+
+/** What the picker runs for one rule: its weighted scorers and the saturation guard's limits. */
+export interface PickProfile {
+  scorers: readonly WeightedScorer[];
+  saturation: Saturation;
+}
+
+/** A rule's policy as a profile: every enabled scorer (scorers/index.ts) with the policy's weight. */
+export function profileOf(policy: Policy): PickProfile {
+  return {
+    scorers: SCORERS.map((scorer) => ({ scorer, weight: policy.weights[scorer.name] })),
+    saturation: policy.saturation,
+  };
+}
+
 export interface PickOptions extends ScoreInput {
-  /** ms since the epoch, as in BackendLoad.at. */
-  now: number;
-  loadMaxAgeMs?: number;
   /**
    * Rotates the backends that tie for the best score (the caller passes a counter): at low load
    * every backend scores the same, and always taking the first by name would send all traffic
@@ -62,18 +77,6 @@ function rotateTies(sorted: Candidate[], turn: number): Candidate[] {
   return [...sorted.slice(k, n), ...sorted.slice(0, k), ...sorted.slice(n)];
 }
 
-function weightedScore(scores: ScoresByScorer, weights: Weights): number {
-  const total = weights.queue + weights.kv + weights.prefix + weights.session;
-  if (total === 0) return 0;
-  return (
-    (weights.queue * scores.queue +
-      weights.kv * scores.kv +
-      weights.prefix * scores.prefix +
-      weights.session * scores.session) /
-    total
-  );
-}
-
 function byScoreThenName(a: Candidate, b: Candidate): number {
   if (a.score !== b.score) return b.score - a.score;
   return a.backend.name < b.backend.name ? -1 : a.backend.name > b.backend.name ? 1 : 0;
@@ -82,10 +85,8 @@ function byScoreThenName(a: Candidate, b: Candidate): number {
 const f3 = (x: number): string => x.toFixed(3);
 
 function describe(best: Candidate, saturated: Candidate[], all: number, excluded: ExcludedBackend[]): string {
-  const s = best.scores;
-  const parts = [
-    `${best.backend.name} score ${f3(best.score)} (queue ${f3(s.queue)} kv ${f3(s.kv)} prefix ${f3(s.prefix)} session ${f3(s.session)})`,
-  ];
+  const scores = Object.entries(best.scores).map(([name, score]) => `${name} ${f3(score)}`);
+  const parts = [`${best.backend.name} score ${f3(best.score)} (${scores.join(' ')})`];
   if (saturated.length === all) parts.push('all candidates saturated');
   else if (saturated.length > 0) {
     parts.push(
@@ -96,23 +97,32 @@ function describe(best: Candidate, saturated: Candidate[], all: number, excluded
   return parts.join('; ');
 }
 
-export function pick(backends: readonly BackendState[], policy: Policy, options: PickOptions): PickResult {
-  const { eligible, excluded } = filterBackends(backends, options.now, options.loadMaxAgeMs);
+export function pick(filtered: FilterResult, profile: PickProfile, options: PickOptions): PickResult {
+  const { eligible, excluded } = filtered;
   if (eligible.length === 0) {
     const why = excluded.map((e) => `${e.name} (${e.why})`).join(', ');
     return { candidates: [], excluded, reason: `no eligible backend${why ? `: ${why}` : ''}` };
   }
-  const queue = queueScorer(eligible, options);
-  const kv = kvUsageScorer(eligible, options);
-  const prefix = prefixScorer(eligible, options);
-  const session = sessionScorer(eligible, options);
-  const { maxWaiting, maxKvUsage } = policy.saturation;
+  const columns = profile.scorers.map(({ scorer }) => scorer.score(eligible, options));
+  let totalWeight = 0;
+  for (const { weight } of profile.scorers) totalWeight += weight;
+  // Every candidate's scores object copies this one: one shape, no property added per candidate.
+  const shape: ScoresByScorer = {};
+  for (const { scorer } of profile.scorers) shape[scorer.name] = 0;
+  const { maxWaiting, maxKvUsage } = profile.saturation;
   const ready: Candidate[] = [];
   const saturated: Candidate[] = [];
   for (let i = 0; i < eligible.length; i++) {
     const { backend, load } = eligible[i] as EligibleBackend;
-    const scores = { queue: queue[i] ?? 0, kv: kv[i] ?? 0, prefix: prefix[i] ?? 0, session: session[i] ?? 0 };
-    const candidate: Candidate = { backend, score: weightedScore(scores, policy.weights), scores };
+    const scores = { ...shape };
+    let weighted = 0;
+    for (let j = 0; j < profile.scorers.length; j++) {
+      const { scorer, weight } = profile.scorers[j] as WeightedScorer;
+      const score = columns[j]?.[i] ?? 0;
+      scores[scorer.name] = score;
+      weighted += weight * score;
+    }
+    const candidate: Candidate = { backend, score: totalWeight === 0 ? 0 : weighted / totalWeight, scores };
     // Unknown load is never called saturated: the guard acts on evidence only.
     if (load !== undefined && load.waiting > maxWaiting) {
       candidate.saturated = { by: 'waiting', value: load.waiting, limit: maxWaiting };

@@ -5,6 +5,7 @@
 import { ConfigError } from '@strata/common';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { SCORERS, type ScorerName } from './scorers/index.js';
 
 const weight = z.number().min(0);
 
@@ -31,18 +32,21 @@ const matchSchema = z
   })
   .strict();
 
+/** One weight per scorer (scorers/index.ts), by its name; a weight left out is the scorer's default. */
+const weightsSchema = z
+  .object(
+    Object.fromEntries(SCORERS.map((s) => [s.name, weight.default(s.defaultWeight)])) as Record<
+      ScorerName,
+      z.ZodDefault<z.ZodNumber>
+    >,
+  )
+  .strict()
+  .prefault({})
+  .refine((w) => Object.values(w).reduce((sum, x) => sum + x, 0) > 0, 'at least one weight must be > 0');
+
 const policySchema = z
   .object({
-    weights: z
-      .object({
-        queue: weight.default(1),
-        kv: weight.default(1),
-        prefix: weight.default(2),
-        session: weight.default(3),
-      })
-      .strict()
-      .default({ queue: 1, kv: 1, prefix: 2, session: 3 })
-      .refine((w) => w.queue + w.kv + w.prefix + w.session > 0, 'at least one weight must be > 0'),
+    weights: weightsSchema,
     saturation: z
       .object({
         /** A backend with more waiting requests than this is saturated. */
@@ -51,7 +55,7 @@ const policySchema = z
         maxKvUsage: z.number().min(0).max(1).default(0.9),
       })
       .strict()
-      .default({ maxWaiting: 32, maxKvUsage: 0.9 }),
+      .prefault({}),
   })
   .strict();
 
@@ -84,10 +88,7 @@ const ruleSchema = z
     name: z.string().min(1),
     match: matchSchema.default({}),
     pool: z.string().min(1),
-    policy: policySchema.default({
-      weights: { queue: 1, kv: 1, prefix: 2, session: 3 },
-      saturation: { maxWaiting: 32, maxKvUsage: 0.9 },
-    }),
+    policy: policySchema.prefault({}),
   })
   .strict();
 

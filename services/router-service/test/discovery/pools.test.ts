@@ -10,7 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { configEnv, configSchema } from '../../src/config.js';
 import { type DiscoveredBackend, DiscoveredPools } from '../../src/discovery/index.js';
-import { poolMembers } from '../../src/router.js';
+import { poolMembers } from '../../src/router/pool.js';
 import { type PoolDiscovery, parseRoutingConfig, type RoutingConfig } from '../../src/routing/index.js';
 import { buildRouterParts } from '../../src/wiring.js';
 import { FakeBackend } from '../support/fake-backend.js';

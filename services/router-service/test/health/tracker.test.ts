@@ -1,8 +1,8 @@
 import { createLogger, Registry } from '@strata/common';
 import { sleep } from '@strata/common/testing';
 import { afterEach, describe, expect, it } from 'vitest';
-import { isLoadFresh } from '../../src/health/load.js';
 import { BackendTracker, type BackendTrackerOptions } from '../../src/health/tracker.js';
+import { DEFAULT_LOAD_MAX_AGE_MS, freshLoad } from '../../src/routing/backend-state.js';
 import { FakeBackend } from '../support/fake-backend.js';
 import { captureLogger } from '../support/log.js';
 
@@ -99,8 +99,8 @@ describe('BackendTracker', () => {
     if (!first) throw new Error('no load');
     expect(first.at).toBeGreaterThanOrEqual(before);
     expect(first.at).toBeLessThanOrEqual(Date.now());
-    expect(isLoadFresh(first, Date.now())).toBe(true);
-    expect(isLoadFresh(first, first.at + 251)).toBe(false);
+    expect(freshLoad(first, Date.now(), DEFAULT_LOAD_MAX_AGE_MS)).toBe(first);
+    expect(freshLoad(first, first.at + 251, DEFAULT_LOAD_MAX_AGE_MS)).toBeUndefined();
 
     t.start();
     a.load = { ...a.load, waiting: 1, kv_usage: 0.9, kv_blocks_free: 100 };
@@ -116,7 +116,7 @@ describe('BackendTracker', () => {
     const pollsAtStop = a.hits.load;
     await sleep(100);
     expect(a.hits.load).toBe(pollsAtStop);
-    expect(isLoadFresh(last, Date.now() + 300)).toBe(false);
+    expect(freshLoad(last, Date.now() + 300, DEFAULT_LOAD_MAX_AGE_MS)).toBeUndefined();
   });
 
   it('ignores an invalid load report (the last one goes stale) without counting a failure', async () => {

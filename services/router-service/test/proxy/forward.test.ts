@@ -5,6 +5,7 @@ import { createLogger, createMetrics, createServiceApp } from '@strata/common';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Candidate, type ForwardResult, forward } from '../../src/proxy/forward.js';
+import { abortOnClientClose } from '../../src/router/attempts.js';
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => void;
 const servers: Server[] = [];
@@ -52,10 +53,6 @@ beforeAll(async () => {
     metrics: createMetrics('router-test', { defaultMetrics: false }),
   });
   app.post('/v1/generate', async (request, reply) => {
-    const controller = new AbortController();
-    reply.raw.on('close', () => {
-      if (!reply.raw.writableFinished) controller.abort();
-    });
     failures = [];
     lastResult = await forward(
       {
@@ -63,7 +60,7 @@ beforeAll(async () => {
         path: '/v1/generate',
         headers: { 'content-type': 'application/json', 'x-request-id': request.id },
         body: JSON.stringify(request.body),
-        signal: controller.signal,
+        signal: abortOnClientClose(reply),
         route: 'default',
       },
       candidates,

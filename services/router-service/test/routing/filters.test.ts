@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { freshLoad } from '../../src/routing/backend-state.js';
+import { DEFAULT_LOAD_MAX_AGE_MS, freshLoad } from '../../src/routing/backend-state.js';
 import { filterBackends } from '../../src/routing/filters.js';
 import { backend, NOW } from './helpers.js';
 
@@ -14,6 +14,7 @@ describe('filters', () => {
         backend('e'),
       ],
       NOW,
+      DEFAULT_LOAD_MAX_AGE_MS,
     );
     expect(result.eligible.map((e) => e.backend.name)).toEqual(['a', 'e']);
     expect(result.excluded).toEqual([
@@ -26,13 +27,13 @@ describe('filters', () => {
   it('keeps a backend with stale or missing load eligible, with load unknown', () => {
     const stale = backend('stale', { waiting: 3, at: NOW - 251 });
     const edge = backend('edge', { waiting: 3, at: NOW - 250 });
-    const result = filterBackends([stale, edge, backend('none')], NOW);
+    const result = filterBackends([stale, edge, backend('none')], NOW, DEFAULT_LOAD_MAX_AGE_MS);
     expect(result.eligible.map((e) => [e.backend.name, e.load?.waiting])).toEqual([
       ['stale', undefined],
       ['edge', 3],
       ['none', undefined],
     ]);
     expect(filterBackends([stale], NOW, 1000).eligible[0]?.load?.waiting).toBe(3);
-    expect(freshLoad(stale, NOW, 300)?.waiting).toBe(3);
+    expect(freshLoad(stale.load, NOW, 300)?.waiting).toBe(3);
   });
 });

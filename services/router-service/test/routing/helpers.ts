@@ -1,5 +1,10 @@
-import type { BackendLoad, BackendState } from '../../src/routing/backend-state.js';
-import type { EligibleBackend } from '../../src/routing/filters.js';
+import {
+  type BackendLoad,
+  type BackendState,
+  DEFAULT_LOAD_MAX_AGE_MS,
+} from '../../src/routing/backend-state.js';
+import { type EligibleBackend, filterBackends } from '../../src/routing/filters.js';
+import { type PickOptions, type PickResult, pick, profileOf } from '../../src/routing/picker.js';
 import { type Policy, parseRoutingConfig } from '../../src/routing/rules.js';
 
 export const NOW = 1_000_000;
@@ -37,4 +42,17 @@ export function policy(
   const rule = config.rules[0];
   if (rule === undefined) throw new Error('no default rule');
   return rule.policy;
+}
+
+/** Filters, then picks with the policy's profile, as the router does; load fresh for the default limit. */
+export function pickAmong(
+  backends: readonly BackendState[],
+  rule: Policy,
+  {
+    now,
+    loadMaxAgeMs = DEFAULT_LOAD_MAX_AGE_MS,
+    ...options
+  }: PickOptions & { now: number; loadMaxAgeMs?: number },
+): PickResult {
+  return pick(filterBackends(backends, now, loadMaxAgeMs), profileOf(rule), options);
 }

@@ -2,9 +2,8 @@
 // until that backend saturates; then they go elsewhere and the new backend gains affinity.
 import { describe, expect, it } from 'vitest';
 import type { BackendState } from '../../src/routing/backend-state.js';
-import { pick } from '../../src/routing/picker.js';
 import { PrefixIndex } from '../../src/routing/scorers/prefix-index.js';
-import { backend, NOW, policy } from './helpers.js';
+import { backend, NOW, pickAmong, policy } from './helpers.js';
 
 const rule = policy({
   weights: { queue: 1, kv: 1, prefix: 3, session: 0 },
@@ -18,7 +17,7 @@ describe('prefix-aware routing', () => {
     const pool: BackendState[] = ['b0', 'b1', 'b2', 'b3'].map((n) => backend(n, { waiting: 0, running: 1 }));
     const route = (prompt: string, backends: BackendState[]) => {
       const prefixHashes = index.hashes(prompt);
-      const chosen = pick(backends, rule, { now: NOW, prefixHashes, prefixIndex: index }).candidates[0];
+      const chosen = pickAmong(backends, rule, { now: NOW, prefixHashes, prefixIndex: index }).candidates[0];
       if (chosen === undefined) throw new Error('no candidate');
       index.record(prefixHashes, chosen.backend.name);
       return chosen;
@@ -44,7 +43,11 @@ describe('prefix-aware routing', () => {
       backend('b2', { waiting: 0, running: 1 }),
       backend('b3', { waiting: 0, running: 1 }),
     ];
-    const moved = pick(saturated, rule, { now: NOW, prefixHashes: index.hashes(system), prefixIndex: index });
+    const moved = pickAmong(saturated, rule, {
+      now: NOW,
+      prefixHashes: index.hashes(system),
+      prefixIndex: index,
+    });
     expect(moved.candidates.map((c) => c.backend.name)).toEqual(['b2', 'b3', 'b1', 'b0']);
     expect(route(`${system}Question 6?`, saturated).backend.name).toBe('b2');
     expect(route(`${system}Question 7?`, busier).backend.name).toBe('b2');

@@ -175,4 +175,13 @@ describe('routing rules', () => {
     ).toThrow('default.policy.weights: at least one weight must be > 0');
     expect(() => parseRoutingYaml('pools: [', 'test')).toThrow(/not valid YAML/);
   });
+
+  it('takes a weight for each enabled scorer by name, and no other', () => {
+    expect(() =>
+      parseRoutingConfig(
+        { pools: { p: {} }, default: { pool: 'p', policy: { weights: { latency: 1 } } } },
+        'test',
+      ),
+    ).toThrow(/default\.policy\.weights: Unrecognized key: "latency"/);
+  });
 });

@@ -1,10 +1,18 @@
 // A real HTTP server on 127.0.0.1 standing in for an inference backend's /health/ready and
-// /load, with answers the test controls.
+// /load, with answers the test controls. Requests to other paths are recorded, body as
+// received, and answered with `answer` (default: 404, no body).
 import { once } from 'node:events';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { LoadReport } from '@strata/common';
 import { idleLoadReport } from '@strata/common/testing';
+
+export interface ReceivedRequest {
+  method: string;
+  path: string;
+  contentType: string | undefined;
+  body: Buffer;
+}
 
 export class FakeBackend {
   readyStatus = 200;
@@ -14,6 +22,8 @@ export class FakeBackend {
   readyMode: 'ok' | 'hang' = 'ok';
   load: Omit<LoadReport, 'timestamp_ms'> = idleLoadReport('test-model');
   readonly hits = { ready: 0, load: 0 };
+  readonly received: ReceivedRequest[] = [];
+  answer: { status: number; json?: unknown } = { status: 404 };
   private server: http.Server;
   private port = 0;
 
@@ -62,7 +72,19 @@ export class FakeBackend {
             : JSON.stringify({ ...this.load, timestamp_ms: Date.now() }),
         );
       } else {
-        res.writeHead(404).end();
+        const chunks: Buffer[] = [];
+        req.on('data', (chunk: Buffer) => chunks.push(chunk));
+        req.on('end', () => {
+          this.received.push({
+            method: req.method ?? '',
+            path: req.url ?? '',
+            contentType: req.headers['content-type'],
+            body: Buffer.concat(chunks),
+          });
+          const { status, json } = this.answer;
+          if (json === undefined) res.writeHead(status).end();
+          else res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(json));
+        });
       }
     });
   }

@@ -3,8 +3,12 @@
 // gives every backend 0, which changes no order.
 import type { Scorer } from './types.js';
 
-export const prefixScorer: Scorer = (candidates, { prefixHashes, prefixIndex }) => {
-  if (prefixIndex === undefined || prefixHashes.length === 0) return candidates.map(() => 0);
-  const matched = prefixIndex.matchedBlocks(prefixHashes);
-  return candidates.map(({ backend }) => (matched.get(backend.name) ?? 0) / prefixHashes.length);
+export const prefixScorer: Scorer<'prefix'> = {
+  name: 'prefix',
+  defaultWeight: 2,
+  score: (candidates, { prefixHashes, prefixIndex }) => {
+    if (prefixIndex === undefined || prefixHashes.length === 0) return candidates.map(() => 0);
+    const matched = prefixIndex.matchedBlocks(prefixHashes);
+    return candidates.map(({ backend }) => (matched.get(backend.name) ?? 0) / prefixHashes.length);
+  },
 };

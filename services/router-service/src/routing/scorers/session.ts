@@ -2,5 +2,11 @@
 // The store itself (Redis or in-memory) lives in src/affinity/; its answer arrives as input.
 import type { Scorer } from './types.js';
 
-export const sessionScorer: Scorer = (candidates, { sessionBackend }) =>
-  candidates.map(({ backend }) => (sessionBackend !== undefined && backend.name === sessionBackend ? 1 : 0));
+export const sessionScorer: Scorer<'session'> = {
+  name: 'session',
+  defaultWeight: 3,
+  score: (candidates, { sessionBackend }) =>
+    candidates.map(({ backend }) =>
+      sessionBackend !== undefined && backend.name === sessionBackend ? 1 : 0,
+    ),
+};

@@ -4,7 +4,7 @@ import { backend, eligible } from '../helpers.js';
 
 describe('KV usage scorer', () => {
   it('scores 1 - usage, clamped, and 0.5 for unknown load', () => {
-    const scores = kvUsageScorer(
+    const scores = kvUsageScorer.score(
       eligible(
         backend('a', { kvUsage: 0 }),
         backend('b', { kvUsage: 0.25 }),

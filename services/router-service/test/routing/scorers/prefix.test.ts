@@ -12,12 +12,12 @@ describe('prefix scorer', () => {
 
   it('scores the share of leading blocks each backend served; the longest chain wins', () => {
     const prefixHashes = index.hashes(`${shared}${'2'.repeat(8)}`);
-    expect(prefixScorer(candidates, { prefixHashes, prefixIndex: index })).toEqual([0.75, 0.25, 0]);
+    expect(prefixScorer.score(candidates, { prefixHashes, prefixIndex: index })).toEqual([0.75, 0.25, 0]);
   });
 
   it('scores 0 everywhere without an index or a whole block', () => {
     const prefixHashes = index.hashes(shared);
-    expect(prefixScorer(candidates, { prefixHashes })).toEqual([0, 0, 0]);
-    expect(prefixScorer(candidates, { prefixHashes: [], prefixIndex: index })).toEqual([0, 0, 0]);
+    expect(prefixScorer.score(candidates, { prefixHashes })).toEqual([0, 0, 0]);
+    expect(prefixScorer.score(candidates, { prefixHashes: [], prefixIndex: index })).toEqual([0, 0, 0]);
   });
 });

@@ -6,7 +6,7 @@ const none = { prefixHashes: [] };
 
 describe('queue scorer', () => {
   it('scores 1 - (waiting + running) / busiest', () => {
-    const scores = queueScorer(
+    const scores = queueScorer.score(
       eligible(
         backend('a', { waiting: 0, running: 2 }),
         backend('b', { waiting: 6, running: 2 }),
@@ -18,7 +18,7 @@ describe('queue scorer', () => {
   });
 
   it('gives every idle backend 1 and unknown load a neutral 0.5', () => {
-    expect(queueScorer(eligible(backend('a', {}), backend('b', {})), none)).toEqual([1, 1]);
-    expect(queueScorer(eligible(backend('a', { waiting: 4 }), backend('b')), none)).toEqual([0, 0.5]);
+    expect(queueScorer.score(eligible(backend('a', {}), backend('b', {})), none)).toEqual([1, 1]);
+    expect(queueScorer.score(eligible(backend('a', { waiting: 4 }), backend('b')), none)).toEqual([0, 0.5]);
   });
 });
