@@ -11,7 +11,8 @@
 # Without node group names: every group of the cluster tagged strata.dev/gpu=true.
 # --dry-run prints the update commands instead of running them; lookups (list/describe) are
 # read-only and still need the AWS CLI, so pass names and sizes to dry-run without it.
-# Note: a running cluster autoscaler scales a group back up if GPU pods are pending; scale the
+# Note: this sizes the managed node groups only. Karpenter (on by default) launches GPU nodes of
+# its own for pending GPU pods, as a cluster autoscaler would scale a group back up; scale the
 # backend Deployments to zero first when the goal is to stop paying.
 set -euo pipefail
 

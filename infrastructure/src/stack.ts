@@ -1,23 +1,29 @@
 // One Terraform stack for one Strata environment: network -> cluster -> node prerequisites ->
-// node groups -> add-ons that need nodes -> device plugin. The order is expressed with dependsOn
-// so a single `terraform apply` brings the cluster up from an empty account.
+// node groups -> add-ons that need nodes -> Helm releases (device plugin; Karpenter, then the AWS
+// Load Balancer Controller). The order is expressed with dependsOn so a single `terraform apply`
+// brings the cluster up from an empty account.
 import { AwsProvider } from '@cdktf/provider-aws/lib/provider/index.js';
 import { LocalBackend, S3Backend, TerraformOutput, TerraformStack } from 'cdktf';
 import type { Construct } from 'constructs';
 import { NvidiaDevicePlugin, needsDevicePlugin } from './addons/device-plugin.js';
 import { StrataAddons } from './addons/eks-addons.js';
+import { clusterHelmProvider } from './addons/helm.js';
+import { AwsLoadBalancerController } from './addons/load-balancer-controller.js';
 import { clusterAutoscalerPolicy } from './cluster/autoscaler-policy.js';
 import { StrataCluster } from './cluster/eks.js';
 import { managedPolicy } from './cluster/iam.js';
 import { IrsaRole } from './cluster/irsa.js';
 import { StrataNodeGroups } from './cluster/node-groups.js';
 import type { InfraConfig } from './config/schema.js';
+import { Karpenter } from './karpenter/karpenter.js';
 import { StrataNetwork } from './network/vpc.js';
 
 export class StrataEksStack extends TerraformStack {
   readonly network: StrataNetwork;
   readonly cluster: StrataCluster;
   readonly nodeGroups: StrataNodeGroups;
+  readonly karpenter?: Karpenter;
+  readonly loadBalancerController?: AwsLoadBalancerController;
   readonly irsa: Map<string, IrsaRole> = new Map();
 
   constructor(scope: Construct, id: string, config: InfraConfig) {
@@ -93,11 +99,42 @@ export class StrataEksStack extends TerraformStack {
     });
     addons.add('after-nodes', [this.nodeGroups.system]);
 
-    if (needsDevicePlugin(config)) {
+    const wantsHelm =
+      needsDevicePlugin(config) || config.karpenter.enabled || config.loadBalancerController.enabled;
+    const helm = wantsHelm ? clusterHelmProvider(this, 'helm', config, cluster) : undefined;
+    // Controllers need somewhere to run and DNS to reach AWS: the system nodes and CoreDNS.
+    const coredns = addons.byName.get('coredns');
+    const inCluster = [this.nodeGroups.system, ...(coredns ? [coredns] : [])];
+    if (helm && needsDevicePlugin(config)) {
       new NvidiaDevicePlugin(this, 'nvidia-device-plugin', config, {
-        cluster,
+        helm,
         dependsOn: [this.nodeGroups.system],
       });
+    }
+    if (helm && config.karpenter.enabled) {
+      this.karpenter = new Karpenter(this, 'karpenter', config, {
+        cluster,
+        oidcProvider,
+        systemNodeGroupName: this.nodeGroups.system.nodeGroupName,
+        helm,
+        dependsOn: inCluster,
+      });
+    }
+    if (helm && config.loadBalancerController.enabled) {
+      // After Karpenter: the controller's Service webhook fails closed, so a chart creating a
+      // Service (Karpenter's) while the controller's pods are still starting would be refused.
+      this.loadBalancerController = new AwsLoadBalancerController(
+        this,
+        'aws-load-balancer-controller',
+        config,
+        {
+          clusterName: cluster.name,
+          vpcId: this.network.vpc.id,
+          oidcProvider,
+          helm,
+          dependsOn: [...inCluster, ...(this.karpenter ? [this.karpenter.controller] : [])],
+        },
+      );
     }
 
     new TerraformOutput(this, 'cluster_name', { value: cluster.name });
@@ -115,5 +152,17 @@ export class StrataEksStack extends TerraformStack {
       });
     }
     new TerraformOutput(this, 'gpu_node_groups', { value: config.gpuNodeGroups.map((g) => g.name) });
+    if (this.karpenter) {
+      new TerraformOutput(this, 'karpenter_node_role_arn', { value: this.karpenter.nodeRole.arn });
+      new TerraformOutput(this, 'karpenter_interruption_queue', { value: this.karpenter.queue.name });
+      new TerraformOutput(this, 'karpenter_node_pools', {
+        value: this.karpenter.manifests.filter((m) => m.kind === 'NodePool').map((m) => m.metadata.name),
+      });
+    }
+    if (this.loadBalancerController) {
+      new TerraformOutput(this, 'aws_load_balancer_controller_role_arn', {
+        value: this.loadBalancerController.role.role.arn,
+      });
+    }
   }
 }

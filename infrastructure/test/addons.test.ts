@@ -1,7 +1,7 @@
 import { Testing } from 'cdktf';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { refOf, synth } from './helpers.js';
+import { refOf, type Synthesized, synth } from './helpers.js';
 
 describe('EKS add-ons', () => {
   const s = synth({
@@ -65,7 +65,7 @@ describe('NVIDIA device plugin', () => {
   });
 
   it('schedules only on AL2023 GPU nodes, tolerating their taint', () => {
-    const release = s.all('helm_release')[0] as { values: string[] };
+    const release = s.one('helm_release', 'name', 'nvidia-device-plugin') as { values: string[] };
     const values = parse(release.values[0] as string);
     expect(values.tolerations).toContainEqual({
       key: 'nvidia.com/gpu',
@@ -102,11 +102,20 @@ describe('NVIDIA device plugin', () => {
   });
 
   it('is left out when disabled, or when every GPU group runs Bottlerocket (which ships its own)', () => {
-    expect(synth({ nvidiaDevicePlugin: { enabled: false } }).resource.helm_release).toBeUndefined();
-    const bottlerocket = synth({
-      gpuNodeGroups: [{ name: 'l4', instanceTypes: ['g6.xlarge'], amiType: 'BOTTLEROCKET_x86_64_NVIDIA' }],
+    const releases = (x: Synthesized) => x.all('helm_release').map((r) => r.name);
+    expect(releases(s)).toContain('nvidia-device-plugin');
+    expect(releases(synth({ nvidiaDevicePlugin: { enabled: false } }))).not.toContain('nvidia-device-plugin');
+    const bottlerocketGroups = [
+      { name: 'l4', instanceTypes: ['g6.xlarge'], amiType: 'BOTTLEROCKET_x86_64_NVIDIA' as const },
+    ];
+    expect(releases(synth({ gpuNodeGroups: bottlerocketGroups }))).not.toContain('nvidia-device-plugin');
+    // With no release at all, no Helm provider either (it would need a reachable cluster to plan).
+    const bare = synth({
+      gpuNodeGroups: bottlerocketGroups,
+      karpenter: { enabled: false },
+      loadBalancerController: { enabled: false },
     });
-    expect(bottlerocket.resource.helm_release).toBeUndefined();
-    expect(bottlerocket.provider.helm).toBeUndefined();
+    expect(bare.resource.helm_release).toBeUndefined();
+    expect(bare.provider.helm).toBeUndefined();
   });
 });

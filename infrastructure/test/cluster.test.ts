@@ -151,7 +151,7 @@ describe('node groups', () => {
   it('places nodes in the private subnets with the worker policies attached first', () => {
     const policies = s
       .all('aws_iam_role_policy_attachment')
-      .filter((a) => String(a.role).includes('node-role'))
+      .filter((a) => String(a.role).includes('nodes_node-role'))
       .map((a) => String(a.policy_arn).split('/').pop());
     expect(policies.sort()).toEqual([
       'AmazonEC2ContainerRegistryReadOnly',

@@ -49,7 +49,15 @@ describe('infrastructure configuration', () => {
       'eks-pod-identity-agent',
     ]);
     expect(config.irsa.router.enabled).toBe(false);
-    expect(config.irsa.clusterAutoscaler).toMatchObject({ enabled: true, namespace: 'kube-system' });
+    expect(config.irsa.clusterAutoscaler).toMatchObject({ enabled: false, namespace: 'kube-system' });
+    expect(config.loadBalancerController).toEqual({ enabled: true, chartVersion: '3.5.0' });
+    expect(config.karpenter).toEqual({
+      enabled: true,
+      chartVersion: '1.14.1',
+      amiVersions: { al2023: 'latest', bottlerocket: 'latest' },
+      gpuConsolidateAfter: '15m',
+      systemPool: { enabled: true, maxCpu: 64, consolidateAfter: '5m' },
+    });
     expect(config.nvidiaDevicePlugin).toEqual({
       enabled: true,
       chartVersion: '0.18.2',
@@ -140,6 +148,47 @@ describe('infrastructure configuration', () => {
       'gpuNodeGroups.0.name: "system" is used twice (or is reserved)',
       'gpuNodeGroups.2.name: "l4" is used twice (or is reserved)',
     ]);
+  });
+
+  it('refuses the cluster autoscaler next to Karpenter: both would add nodes for the same pods', () => {
+    expect(problemsOf({ irsa: { clusterAutoscaler: { enabled: true } } })).toEqual([
+      'irsa.clusterAutoscaler.enabled: the cluster autoscaler and Karpenter would both add nodes for the same pending pods; disable one (karpenter.enabled: false to keep the autoscaler)',
+    ]);
+    expect(
+      parseInfraConfig({ karpenter: { enabled: false }, irsa: { clusterAutoscaler: { enabled: true } } }).irsa
+        .clusterAutoscaler.enabled,
+    ).toBe(true);
+  });
+
+  it('checks Karpenter durations, AMI release pins and chart versions', () => {
+    expect(
+      problemsOf({
+        karpenter: {
+          chartVersion: '1.14',
+          gpuConsolidateAfter: '15 minutes',
+          amiVersions: { al2023: 'v1.20.4', bottlerocket: 'v20240807' },
+          systemPool: { maxCpu: 0 },
+        },
+        loadBalancerController: { chartVersion: 'latest' },
+        gpuNodeGroups: [{ name: 'l4', instanceTypes: ['g6.xlarge'], karpenterMaxNodes: -1 }],
+      }).map((p) => p.split(':')[0]),
+    ).toEqual([
+      'gpuNodeGroups.0.karpenterMaxNodes',
+      'loadBalancerController.chartVersion',
+      'karpenter.chartVersion',
+      'karpenter.amiVersions.al2023',
+      'karpenter.amiVersions.bottlerocket',
+      'karpenter.gpuConsolidateAfter',
+      'karpenter.systemPool.maxCpu',
+    ]);
+    const pinned = parseInfraConfig({
+      karpenter: {
+        amiVersions: { al2023: 'v20240807', bottlerocket: 'v1.20.4' },
+        gpuConsolidateAfter: '1h30m',
+      },
+    }).karpenter;
+    expect(pinned.amiVersions).toEqual({ al2023: 'v20240807', bottlerocket: 'v1.20.4' });
+    expect(pinned.gpuConsolidateAfter).toBe('1h30m');
   });
 
   it('loads a YAML file named by STRATA_INFRA_CONFIG and lets the environment override the region', () => {

@@ -1,20 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { refOf, type Synthesized, synth } from './helpers.js';
-
-/** The trust policy document behind one IRSA role, and the role itself. */
-function irsa(s: Synthesized, roleName: string) {
-  const role = s.one('aws_iam_role', 'name', roleName);
-  const match = /^\$\{data\.aws_iam_policy_document\.(.+)\.json\}$/.exec(String(role.assume_role_policy));
-  if (!match?.[1])
-    throw new Error(`${roleName} does not trust a policy document: ${role.assume_role_policy}`);
-  const doc = s.data.aws_iam_policy_document?.[match[1]] as { statement: Record<string, unknown>[] };
-  return { role, statements: doc.statement };
-}
+import { irsaTrust, refOf, synth, trustOf } from './helpers.js';
 
 describe('IRSA roles', () => {
+  // The cluster autoscaler's role is opt-in, and only without Karpenter.
   const s = synth({
     clusterName: 'strata-prod',
+    karpenter: { enabled: false },
     irsa: {
+      clusterAutoscaler: { enabled: true },
       router: {
         enabled: true,
         namespace: 'inference',
@@ -23,32 +16,13 @@ describe('IRSA roles', () => {
       },
     },
   });
-  const oidc = s.all('aws_iam_openid_connect_provider')[0] as Record<string, unknown>;
-  const oidcRef = refOf(s, 'aws_iam_openid_connect_provider', oidc);
-  const issuer = `\${replace(${oidcRef}.url, "https://", "")}`;
-
   const expectBoundTo = (roleName: string, namespace: string, serviceAccount: string) => {
-    const { statements } = irsa(s, roleName);
-    expect(statements).toEqual([
-      {
-        effect: 'Allow',
-        actions: ['sts:AssumeRoleWithWebIdentity'],
-        principals: [{ type: 'Federated', identifiers: [`\${${oidcRef}.arn}`] }],
-        condition: [
-          {
-            test: 'StringEquals',
-            variable: `${issuer}:sub`,
-            values: [`system:serviceaccount:${namespace}:${serviceAccount}`],
-          },
-          { test: 'StringEquals', variable: `${issuer}:aud`, values: ['sts.amazonaws.com'] },
-        ],
-      },
-    ]);
+    expect(trustOf(s, roleName).statements).toEqual(irsaTrust(s, namespace, serviceAccount));
   };
 
   it('binds the EBS CSI role to the OIDC provider and the controller service account', () => {
     expectBoundTo('strata-prod-ebs-csi', 'kube-system', 'ebs-csi-controller-sa');
-    const { role } = irsa(s, 'strata-prod-ebs-csi');
+    const { role } = trustOf(s, 'strata-prod-ebs-csi');
     const attachment = s.one(
       'aws_iam_role_policy_attachment',
       'policy_arn',
@@ -88,9 +62,10 @@ describe('IRSA roles', () => {
     expect(s.output.irsa_router_role_arn?.description).toBe('IRSA role for inference/router');
   });
 
-  it('creates no router or autoscaler role unless enabled, and no EBS role without the EBS add-on', () => {
+  it('creates no optional role unless enabled, and no EBS role without the EBS add-on', () => {
     const bare = synth({
-      irsa: { clusterAutoscaler: { enabled: false } },
+      karpenter: { enabled: false },
+      loadBalancerController: { enabled: false },
       addons: [{ name: 'vpc-cni' }, { name: 'coredns' }, { name: 'kube-proxy' }],
     });
     expect(

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { synth } from './helpers.js';
+import { releaseValues, synth } from './helpers.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 
@@ -43,5 +43,18 @@ describe('package layout', () => {
     expect(s.terraform.backend).toMatchObject({
       s3: { bucket: 'acme-strata-tfstate', key: 'prod/eks.tfstate' },
     });
+    const manifests = releaseValues(s, 'karpenter-node-pools').manifests as {
+      kind: string;
+      metadata: { name: string };
+      spec: { amiSelectorTerms?: { alias: string }[] };
+    }[];
+    expect(manifests.filter((m) => m.kind === 'NodePool').map((m) => m.metadata.name)).toEqual([
+      'l40s',
+      'h100',
+      'system',
+    ]);
+    for (const m of manifests.filter((x) => x.kind === 'EC2NodeClass')) {
+      expect(m.spec.amiSelectorTerms).toEqual([{ alias: 'al2023@v20260714' }]);
+    }
   });
 });

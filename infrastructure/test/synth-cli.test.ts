@@ -33,6 +33,13 @@ describe('synth entry point', () => {
     });
     // Nothing machine-specific in the output: the state path is relative.
     expect(JSON.stringify(doc)).not.toContain(r.dir);
+    // The NodePools' local chart is copied next to the JSON, where terraform resolves its path.
+    const nodePools = Object.values(
+      doc.resource.helm_release as Record<string, { name: string; chart: string }>,
+    ).find((x) => x.name === 'karpenter-node-pools');
+    const chartDir = join(r.dir, 'cdktf.out/stacks/demo', String(nodePools?.chart));
+    expect(readFileSync(join(chartDir, 'Chart.yaml'), 'utf8')).toContain('name: karpenter-node-pools');
+    expect(readFileSync(join(chartDir, 'templates/manifests.yaml'), 'utf8')).toContain('.Values.manifests');
   });
 
   it('exits 1 with the list of problems for a bad configuration, writing nothing', () => {

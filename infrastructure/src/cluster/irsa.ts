@@ -5,7 +5,7 @@ import { DataAwsIamPolicyDocument } from '@cdktf/provider-aws/lib/data-aws-iam-p
 import type { IamOpenidConnectProvider } from '@cdktf/provider-aws/lib/iam-openid-connect-provider/index.js';
 import { IamRole } from '@cdktf/provider-aws/lib/iam-role/index.js';
 import { IamRolePolicy } from '@cdktf/provider-aws/lib/iam-role-policy/index.js';
-import { Fn } from 'cdktf';
+import { Fn, type ITerraformDependable } from 'cdktf';
 import { Construct } from 'constructs';
 import { attachPolicies } from './iam.js';
 
@@ -23,6 +23,8 @@ export class IrsaRole extends Construct {
   readonly role: IamRole;
   /** "<namespace>/<serviceAccount>", what the chart must annotate with the role ARN. */
   readonly serviceAccountRef: string;
+  /** The role's policy attachments and inline policy: what a workload using it should wait for. */
+  readonly grants: ITerraformDependable[] = [];
 
   constructor(scope: Construct, id: string, props: IrsaRoleProps) {
     super(scope, id);
@@ -46,13 +48,15 @@ export class IrsaRole extends Construct {
       ],
     });
     this.role = new IamRole(this, 'role', { name: props.roleName, assumeRolePolicy: trust.json });
-    attachPolicies(this, this.role, props.policyArns ?? []);
+    this.grants.push(...attachPolicies(this, this.role, props.policyArns ?? []));
     if (props.inlinePolicy) {
-      new IamRolePolicy(this, 'inline', {
-        role: this.role.name,
-        name: props.roleName,
-        policy: props.inlinePolicy,
-      });
+      this.grants.push(
+        new IamRolePolicy(this, 'inline', {
+          role: this.role.name,
+          name: props.roleName,
+          policy: props.inlinePolicy,
+        }),
+      );
     }
     this.serviceAccountRef = `${props.namespace}/${props.serviceAccount}`;
   }

@@ -42,6 +42,11 @@ export function gpuLabels(group: GpuNodeGroupConfig): Record<string, string> {
   };
 }
 
+/** Every label of a GPU node of this group: the managed group's and its Karpenter NodePool's. */
+export function gpuNodeLabels(group: GpuNodeGroupConfig): Record<string, string> {
+  return { ...gpuLabels(group), [LABELS.nodeRole]: 'gpu' };
+}
+
 export class StrataNodeGroups extends Construct {
   readonly system: EksNodeGroup;
   readonly gpu: EksNodeGroup[];
@@ -96,7 +101,7 @@ export class StrataNodeGroups extends Construct {
           capacityType: group.capacityType,
           diskSize: group.diskSizeGiB,
           scalingConfig: { minSize: group.minSize, maxSize: group.maxSize, desiredSize: group.desiredSize },
-          labels: { ...gpuLabels(group), [LABELS.nodeRole]: 'gpu' },
+          labels: gpuNodeLabels(group),
           taint: [GPU_TAINT],
           tags: {
             [SCALE_TAGS.gpu]: 'true',

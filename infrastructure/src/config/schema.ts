@@ -13,6 +13,11 @@ const k8sName = z
   .string()
   .regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, 'must be a Kubernetes name (lowercase, digits, dashes)');
 
+/** A Go/Kubernetes duration as Karpenter accepts it, e.g. "30s", "15m", "1h30m". */
+const duration = z.string().regex(/^([0-9]+(s|m|h))+$/, 'must be a duration such as 30s, 15m or 1h30m');
+
+const chartVersion = z.string().regex(/^\d+\.\d+\.\d+$/, 'must be an exact chart version such as 1.2.3');
+
 const cidr = z
   .string()
   .regex(
@@ -89,6 +94,11 @@ const gpuNodeGroup = z
     capacityType: z.enum(['ON_DEMAND', 'SPOT']).default('ON_DEMAND'),
     /** Extra node labels, merged over the ones the stack sets. */
     labels: z.record(z.string(), z.string()).default({}),
+    /**
+     * GPU nodes Karpenter may launch for this shape on top of the managed group (its NodePool's
+     * limit); absent means maxSize, 0 means no NodePool for this group.
+     */
+    karpenterMaxNodes: z.number().int().min(0).optional(),
   })
   .superRefine((g, ctx) => {
     checkSizes(g, reporter(ctx));
@@ -157,8 +167,56 @@ export const infraConfigSchema = z
     addons: z.array(addon).default(ADDON_NAMES.map((name) => ({ name }))),
     irsa: z
       .strictObject({
-        clusterAutoscaler: serviceAccountRole('kube-system', 'cluster-autoscaler', true),
+        // Off by default: Karpenter scales the nodes (see the karpenter key); both at once would
+        // each launch capacity for the same pending pods.
+        clusterAutoscaler: serviceAccountRole('kube-system', 'cluster-autoscaler', false),
         router: serviceAccountRole('strata', 'strata-router', false),
+      })
+      .prefault({}),
+    /** AWS Load Balancer Controller: provisions the NLB for Envoy's LoadBalancer Service. */
+    loadBalancerController: z
+      .strictObject({
+        enabled: z.boolean().default(true),
+        /** Chart eks/aws-load-balancer-controller; its IAM policy here mirrors controller v3.5.0. */
+        chartVersion: chartVersion.default('3.5.0'),
+      })
+      .prefault({}),
+    /** Karpenter: GPU and system nodes on demand, next to the managed node groups. */
+    karpenter: z
+      .strictObject({
+        enabled: z.boolean().default(true),
+        /** Charts karpenter and karpenter-crd (same version); the IAM policy mirrors v1.14. */
+        chartVersion: chartVersion.default('1.14.1'),
+        /**
+         * EKS-optimized AMI release per alias family; "latest" follows new releases (Karpenter then
+         * replaces drifted nodes), a pinned release (AL2023 vYYYYMMDD, Bottlerocket vX.Y.Z) does not.
+         */
+        amiVersions: z
+          .strictObject({
+            al2023: z
+              .string()
+              .regex(/^(latest|v\d{8})$/, 'must be "latest" or an AL2023 release such as v20240807')
+              .default('latest'),
+            bottlerocket: z
+              .string()
+              .regex(
+                /^(latest|v\d+\.\d+\.\d+)$/,
+                'must be "latest" or a Bottlerocket release such as v1.20.4',
+              )
+              .default('latest'),
+          })
+          .prefault({}),
+        /** How long a GPU node must be empty or underused before Karpenter removes or replaces it. */
+        gpuConsolidateAfter: duration.default('15m'),
+        /** A NodePool for untainted system/service pods when the system group is full. */
+        systemPool: z
+          .strictObject({
+            enabled: z.boolean().default(true),
+            /** vCPUs the pool may hold in total. */
+            maxCpu: z.number().int().min(1).default(64),
+            consolidateAfter: duration.default('5m'),
+          })
+          .prefault({}),
       })
       .prefault({}),
     nvidiaDevicePlugin: z
@@ -205,6 +263,13 @@ export const infraConfigSchema = z
     const prefix = Number(config.network.vpcCidr.split('/')[1]);
     if (prefix < 16 || prefix > 20)
       problem(['network', 'vpcCidr'], 'prefix must be /16 to /20 (AWS allows /16 at most)');
+
+    if (config.karpenter.enabled && config.irsa.clusterAutoscaler.enabled) {
+      problem(
+        ['irsa', 'clusterAutoscaler', 'enabled'],
+        'the cluster autoscaler and Karpenter would both add nodes for the same pending pods; disable one (karpenter.enabled: false to keep the autoscaler)',
+      );
+    }
 
     if (!config.endpoint.privateAccess && !config.endpoint.publicAccess) {
       problem(['endpoint'], 'privateAccess and publicAccess cannot both be false');

@@ -11,6 +11,7 @@ import { Subnet } from '@cdktf/provider-aws/lib/subnet/index.js';
 import { Vpc } from '@cdktf/provider-aws/lib/vpc/index.js';
 import { Construct } from 'constructs';
 import type { InfraConfig } from '../config/schema.js';
+import { DISCOVERY_TAG } from '../karpenter/node-pools.js';
 import { subnetLayout } from './cidr.js';
 
 export class StrataNetwork extends Construct {
@@ -25,6 +26,10 @@ export class StrataNetwork extends Construct {
     const { privateCidrs, publicCidrs } = subnetLayout(vpcCidr, azs.length);
     // Subnet discovery by the AWS Load Balancer Controller and EKS keys on these tags.
     const clusterTag = { [`kubernetes.io/cluster/${clusterName}`]: 'shared' };
+    // Karpenter's EC2NodeClasses launch nodes into the subnets carrying this tag: the private ones.
+    const karpenterTag: Record<string, string> = config.karpenter.enabled
+      ? { [DISCOVERY_TAG]: clusterName }
+      : {};
 
     this.vpc = new Vpc(this, 'vpc', {
       cidrBlock: vpcCidr,
@@ -80,7 +85,12 @@ export class StrataNetwork extends Construct {
         vpcId: this.vpc.id,
         availabilityZone: az,
         cidrBlock: privateCidrs[i] as string,
-        tags: { Name: `${clusterName}-private-${az}`, 'kubernetes.io/role/internal-elb': '1', ...clusterTag },
+        tags: {
+          Name: `${clusterName}-private-${az}`,
+          'kubernetes.io/role/internal-elb': '1',
+          ...clusterTag,
+          ...karpenterTag,
+        },
       });
       const routes = new RouteTable(this, `private-rt-${i}`, {
         vpcId: this.vpc.id,

@@ -76,14 +76,21 @@ describe('the set-up scripts', () => {
   it("pass shellcheck: scripts/strata, scripts/lib, every package's ensure-*.sh and .ci/run", () => {
     const local = join(repo, '.toolchain', 'shellcheck', 'bin', 'shellcheck');
     const shellcheck = existsSync(local) ? local : 'shellcheck';
-    const ensure = ['helm', 'load-testing', 'services/edge-gateway', 'services/observability'].flatMap(
-      (dir) =>
-        readdirSync(join(repo, dir, 'scripts'))
-          .filter((f) => /^ensure-.*\.sh$/.test(f))
-          .map((f) => join(dir, 'scripts', f)),
+    const ensure = [
+      'helm',
+      'infrastructure',
+      'load-testing',
+      'services/edge-gateway',
+      'services/observability',
+    ].flatMap((dir) =>
+      readdirSync(join(repo, dir, 'scripts'))
+        .filter((f) => /^ensure-.*\.sh$/.test(f))
+        .map((f) => join(dir, 'scripts', f)),
     );
     expect(ensure).toContain('load-testing/scripts/ensure-k6.sh');
-    const libs = readdirSync(join(repo, 'scripts', 'lib')).map((f) => join('scripts', 'lib', f));
+    const libs = readdirSync(join(repo, 'scripts', 'lib'))
+      .filter((f) => f.endsWith('.sh'))
+      .map((f) => join('scripts', 'lib', f));
     const r = spawnSync(shellcheck, ['-x', 'scripts/strata', '.ci/run', ...libs, ...ensure], {
       cwd: repo,
       encoding: 'utf8',
