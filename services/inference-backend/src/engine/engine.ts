@@ -119,7 +119,7 @@ export class Engine {
     try {
       this.native.submit({
         id,
-        prompt: Int32Array.from(prompt),
+        prompt: prompt instanceof Int32Array ? prompt : Int32Array.from(prompt), // the addon copies it
         params,
         ...(options.priority !== undefined ? { priority: options.priority } : {}),
         ...(options.tenant !== undefined ? { tenant: options.tenant } : {}),

@@ -4,7 +4,7 @@
 import { StrataError } from '@strata/common';
 import { IncrementalDetokenizer } from '../model/detokenizer.js';
 import { StopMatcher } from '../model/stop.js';
-import type { Tokenizer } from '../model/tokenizer.js';
+import type { EncodeOptions, Tokenizer } from '../model/tokenizer.js';
 import type {
   Engine,
   FinishReason,
@@ -17,7 +17,7 @@ import { guarded } from './guarded.js';
 
 export interface TextRequest extends GenerateOptions {
   /** Text (tokenized here, BOS per the model's configs) or token ids used as they are. */
-  prompt: string | readonly number[];
+  prompt: string | ArrayLike<number>;
   params?: SamplingParams;
   stop?: readonly string[];
   includeStopString?: boolean;
@@ -72,10 +72,48 @@ export class TextGenerator {
     return missing.length === 0 ? params : { ...params, stopTokenIds: [...stops, ...missing] };
   }
 
-  async promptIds(prompt: string | readonly number[]): Promise<number[]> {
-    const ids = typeof prompt === 'string' ? await this.tokenizer.encode(prompt) : [...prompt];
+  /**
+   * The prompt's ids: text is checked by size (checkPromptSize), then encoded with BOS/EOS as the
+   * model's configs say; ids are used as they are. `maxTokens` is the request's output budget.
+   */
+  async promptIds(prompt: string | ArrayLike<number>, maxTokens?: number): Promise<Int32Array> {
+    let ids: Int32Array;
+    if (typeof prompt === 'string') {
+      this.checkPromptSize(prompt, maxTokens);
+      ids = await this.tokenizer.encodeIds(prompt);
+    } else {
+      ids = Int32Array.from(prompt);
+    }
     if (ids.length === 0) throw new StrataError('STRATA_INVALID_REQUEST', 'the prompt is empty');
     return ids;
+  }
+
+  /**
+   * Refuses, with the engine's STRATA_PROMPT_TOO_LONG, a prompt text whose size alone shows that it
+   * cannot fit max_model_len beside `maxTokens` output tokens, without tokenizing it: the
+   * tokenizer's byteBound says how many tokens it is at least. Text that may fit passes; the engine
+   * counts its tokens. maxTokens undefined: counted as 1, the least any request generates.
+   */
+  checkPromptSize(text: string, maxTokens: number | undefined, options: EncodeOptions = {}): void {
+    const bound = this.tokenizer.byteBound;
+    const limit = this.engine.info.engine.maxModelLen;
+    const outputs = Math.max(maxTokens ?? 1, 1);
+    const room = limit - outputs; // the most prompt tokens the engine admits
+    const maxBytes = this.tokenizer.maxTextBytes(room, options);
+    // A UTF-16 code unit is at most 3 bytes of UTF-8: short texts need no counting.
+    if (maxBytes === null || bound.maxTokenBytes === null || text.length * 3 <= maxBytes) return;
+    if (bound.countedBytes(text, maxBytes) <= maxBytes) return;
+    const bytes = Buffer.byteLength(text, 'utf8');
+    const size = bound.countsEveryChar
+      ? `the prompt is ${bytes} bytes of UTF-8`
+      : `the prompt is ${bytes} bytes of UTF-8, over ${maxBytes} of them in characters this tokenizer never drops or fuses`;
+    const budget = maxTokens !== undefined && maxTokens > 1 ? ` with max_tokens ${maxTokens}` : '';
+    throw new StrataError(
+      'STRATA_PROMPT_TOO_LONG',
+      `${size}; no token of this model covers more than ${bound.maxTokenBytes} bytes, so it is more than ` +
+        `${room} tokens, the most that max_model_len ${limit} leaves for a prompt${budget}; ` +
+        `prompts over ${maxBytes} bytes are refused without tokenizing`,
+    );
   }
 
   /**
@@ -84,18 +122,25 @@ export class TextGenerator {
    * answer with a 4xx status.
    */
   async start(request: TextRequest): Promise<AsyncIterableIterator<TextEvent>> {
-    const promptIds = await this.promptIds(request.prompt);
+    const promptIds = await this.promptIds(request.prompt, request.params?.maxTokens);
     const stops = new StopMatcher(request.stop ?? [], {
       includeStopString: request.includeStopString ?? false,
     });
-    const detok = new IncrementalDetokenizer(this.tokenizer, { promptIds });
     const controller = new AbortController();
+    // Submitted first: a prompt over max_model_len is refused before any other work on it.
     const tokens = this.engine.generate(promptIds, this.samplingParams(request.params), {
       signal: controller.signal,
       ...(request.priority !== undefined ? { priority: request.priority } : {}),
       ...(request.tenant !== undefined ? { tenant: request.tenant } : {}),
       ...(request.onScheduled ? { onScheduled: request.onScheduled } : {}),
     });
+    let detok: IncrementalDetokenizer;
+    try {
+      detok = new IncrementalDetokenizer(this.tokenizer, { promptIds });
+    } catch (err) {
+      void tokens.return(); // cancels the engine request
+      throw err;
+    }
     const abortFromCaller = () => controller.abort(request.signal?.reason);
     request.signal?.addEventListener('abort', abortFromCaller, { once: true });
     if (request.signal?.aborted) abortFromCaller();

@@ -56,6 +56,11 @@ export class ModelHost {
           load_gb_per_s: info.loadGBPerSecond,
           sampling: info.sampling,
           ...(info.samplingNote ? { sampling_note: info.samplingNote } : {}),
+          // Prompts are refused by size over max_model_len times this (null: counted in tokens only).
+          token_max_bytes: this.runtime.tokenizer.byteBound.maxTokenBytes,
+          ...(this.runtime.tokenizer.byteBound.reason
+            ? { token_max_bytes_note: this.runtime.tokenizer.byteBound.reason }
+            : {}),
         },
         'model loaded',
       );
@@ -77,7 +82,8 @@ export class ModelHost {
       const message = (err as Error).message;
       this.readiness.set('model_loaded', false, `failed to load: ${message}`);
       // A shutdown during load or warmup closes the engine under it: that is no failure.
-      if (this.closing) this.logger.info({ reason: message }, 'model load stopped: the service is shutting down');
+      if (this.closing)
+        this.logger.info({ reason: message }, 'model load stopped: the service is shutting down');
       else this.logger.error({ err }, 'model failed to load');
     }
   }

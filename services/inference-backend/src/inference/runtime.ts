@@ -13,7 +13,7 @@ import { Tokenizer } from '../model/tokenizer.js';
 import { defaultEngineThreads } from './cpu-budget.js';
 
 export interface ExecuteRequest {
-  prompt: string | readonly number[];
+  prompt: string | ArrayLike<number>;
   params: SamplingParams;
   stop?: readonly string[];
   priority?: number;
@@ -136,19 +136,23 @@ export class InferenceRuntime {
       maxModelLen: e.maxModelLen,
     });
     if (observer?.forward) engine.onForward = observer.forward.bind(observer);
-    return new InferenceRuntime(
-      engine,
-      Tokenizer.fromModelFiles(files),
-      files,
-      servedModelName(config),
-      config,
-      observer,
-      tracer,
-    );
+    let tokenizer: Tokenizer;
+    try {
+      tokenizer = await Tokenizer.open(files); // with its encoding worker
+    } catch (err) {
+      await engine.close();
+      throw err;
+    }
+    return new InferenceRuntime(engine, tokenizer, files, servedModelName(config), config, observer, tracer);
   }
 
   get maxModelLen(): number {
     return this.engine.info.engine.maxModelLen;
+  }
+
+  /** The output budget of a request: its max_tokens, else the configured default. */
+  maxTokens(requested: number | undefined): number {
+    return requested ?? this.config.limits.defaultMaxTokens;
   }
 
   /** Admitted requests still running or waiting. */
@@ -231,7 +235,7 @@ export class InferenceRuntime {
           prompt: request.prompt,
           params: {
             ...request.params,
-            maxTokens: request.params.maxTokens ?? this.config.limits.defaultMaxTokens,
+            maxTokens: this.maxTokens(request.params.maxTokens),
           },
           stop: request.stop ?? [],
           signal: controller.signal,
@@ -339,5 +343,6 @@ export class InferenceRuntime {
 
   async close(): Promise<void> {
     await this.engine.close();
+    await this.tokenizer.close();
   }
 }

@@ -20,7 +20,7 @@ export interface DetokenizerOptions {
    * The prompt's ids. The output then continues the prompt's text: its first delta keeps the space
    * that begins the first output word (" upon" after "Once"), which decoding the output alone drops.
    */
-  promptIds?: readonly number[];
+  promptIds?: ArrayLike<number>;
   /** Leave special tokens out of the text (default true). */
   skipSpecialTokens?: boolean;
 }
@@ -101,13 +101,23 @@ export class IncrementalDetokenizer {
     return delta;
   }
 
-  #startAfterPrompt(promptIds: readonly number[]): void {
+  #startAfterPrompt(promptIds: ArrayLike<number>): void {
     const tok = this.#tokenizer;
-    const kept = promptIds.filter((id) => this.#keeps(id));
-    // Keep a tail long enough for the context below, starting at a byte-run boundary.
-    let start = Math.max(kept.length - 4 * PROMPT_CONTEXT, 0);
-    while (start > 0 && isByteAt(tok, kept, start) && isByteAt(tok, kept, start - 1)) start -= 1;
-    this.#ids = kept.slice(start);
+    // Keep a tail of the kept ids long enough for the context below, starting at a byte-run
+    // boundary; read from the end, so a long prompt costs no more than a short one.
+    const tail: number[] = [];
+    for (let i = promptIds.length - 1; i >= 0; i--) {
+      const id = promptIds[i] as number;
+      if (!this.#keeps(id)) continue;
+      const first = tail.at(-1);
+      if (
+        tail.length >= 4 * PROMPT_CONTEXT &&
+        !(first !== undefined && tok.isByteFallback(first) && tok.isByteFallback(id))
+      )
+        break;
+      tail.push(id);
+    }
+    this.#ids = tail.reverse();
     // The prompt may end inside a character (a cut byte run): then that character belongs to the
     // output, so pending text starts before it.
     let read = this.#ids.length;

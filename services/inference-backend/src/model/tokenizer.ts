@@ -7,11 +7,20 @@
 // step per sequence, where a thread-pool round trip would cost more than the decode. Special tokens
 // are skipped by id here, because the binding compares piece strings, which fails for added tokens
 // stored normalized (tinystories-656k's '▁<|start_story|>').
+//
+// Encoding runs in a worker thread once startWorker() (Tokenizer.open) has started one
+// (encoder-worker.ts): a long prompt then costs the event loop nothing per token, and a short one
+// about 0.04 ms more than encoding here (docs/reliability.md). byteBound (token-bytes.ts) bounds
+// the bytes of text one token covers, so that a prompt can be judged too long by its size.
 
+import { readFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import type { Decoder as HfDecoder, Tokenizer as HfTokenizer } from 'tokenizers';
 import tokenizers from 'tokenizers';
+import { EncoderWorker } from './encoder-worker.js';
 import { ModelError } from './errors.js';
-import { loadModelFiles, type ModelFiles } from './model-files.js';
+import { loadModelFiles, type ModelFiles, type TokenizerSource } from './model-files.js';
+import { type TokenByteBound, tokenByteBound } from './token-bytes.js';
 
 export interface EncodeOptions {
   /** Add BOS/EOS as the model's configs say (default true). Off for text that already has them, e.g. a rendered chat template. */
@@ -28,6 +37,11 @@ const BYTE_PIECE = /^<0x[0-9A-Fa-f]{2}>$/;
 // token); cleared when full, so memory stays bounded.
 const SHORT_DECODE_CACHE_SIZE = 1 << 16;
 
+export interface OpenOptions {
+  /** Encode in a worker thread (default true; Tokenizer.load: false). */
+  worker?: boolean;
+}
+
 export class Tokenizer {
   readonly files: ModelFiles;
   /** Ids the tokenizer knows, added tokens included: valid ids are 0 .. vocabSize-1. */
@@ -35,16 +49,20 @@ export class Tokenizer {
   readonly bosTokenId: number | null;
   readonly eosTokenIds: readonly number[];
   readonly specialTokenIds: ReadonlySet<number>;
+  /** The most bytes of text one token stands for, or null (with the reason) when there is no such bound. */
+  readonly byteBound: TokenByteBound;
 
   readonly #hf: HfTokenizer;
+  #worker: EncoderWorker | null = null;
   readonly #decoder: HfDecoder | null;
   /** Piece string per id, filled on first use; undefined = not looked up yet, null = unknown id. */
   readonly #pieces: (string | null | undefined)[];
   /** decode(ids, keep specials) of 1 or 2 ids: key a for [a], vocabSize + a * vocabSize + b for [a, b]. */
   readonly #shortDecodes = new Map<number, string>();
 
-  private constructor(files: ModelFiles, hf: HfTokenizer) {
+  private constructor(files: ModelFiles, hf: HfTokenizer, byteBound: TokenByteBound) {
     this.files = files;
+    this.byteBound = byteBound;
     this.#hf = hf;
     this.#decoder = hf.getDecoder();
     this.vocabSize = hf.getVocabSize(true);
@@ -54,12 +72,26 @@ export class Tokenizer {
     this.specialTokenIds = new Set(files.specialTokenIds);
   }
 
-  /** Loads the tokenizer of a model: a Hugging Face directory or a GGUF file (see loadModelFiles). */
-  static async load(modelPath: string): Promise<Tokenizer> {
-    return Tokenizer.fromModelFiles(await loadModelFiles(modelPath));
+  /**
+   * Loads the tokenizer of a model: a Hugging Face directory or a GGUF file (see loadModelFiles).
+   * No worker unless options.worker is true (then close() it).
+   */
+  static async load(modelPath: string, options: OpenOptions = {}): Promise<Tokenizer> {
+    return Tokenizer.open(await loadModelFiles(modelPath), { worker: options.worker ?? false });
   }
 
-  static fromModelFiles(files: ModelFiles): Tokenizer {
+  /**
+   * The tokenizer of `files`, its byte bound read without blocking, and (unless options.worker is
+   * false) its encoding worker started. close() stops the worker.
+   */
+  static async open(files: ModelFiles, options: OpenOptions = {}): Promise<Tokenizer> {
+    const tokenizer = Tokenizer.fromModelFiles(files, await readByteBound(files.tokenizer));
+    if (options.worker ?? true) await tokenizer.startWorker();
+    return tokenizer;
+  }
+
+  /** Encoding stays on this thread until startWorker(); `byteBound` defaults to one read from the files now. */
+  static fromModelFiles(files: ModelFiles, byteBound?: TokenByteBound): Tokenizer {
     const source = files.tokenizer;
     let hf: HfTokenizer;
     try {
@@ -75,19 +107,73 @@ export class Tokenizer {
         cause: err,
       });
     }
-    return new Tokenizer(files, hf);
+    return new Tokenizer(files, hf, byteBound ?? tokenByteBound(readTokenizerJsonSync(source)));
   }
 
+  /**
+   * Starts the encoding worker (a second `tokenizers` instance on the same tokenizer.json), which
+   * encodes every text from now on. Rejects if it cannot load the tokenizer.
+   */
+  async startWorker(): Promise<void> {
+    if (this.#worker !== null) return;
+    this.#worker = await EncoderWorker.start(this.files.tokenizer);
+  }
+
+  /** The encoding worker, while one runs (tests watch its restarts). */
+  get worker(): EncoderWorker | null {
+    return this.#worker;
+  }
+
+  /** Stops the encoding worker; encoding then stays on this thread. */
+  async close(): Promise<void> {
+    const worker = this.#worker;
+    this.#worker = null;
+    await worker?.close();
+  }
+
+  /** Token ids of `text`, BOS/EOS added as the model's configs say (see EncodeOptions). */
   async encode(text: string, options: EncodeOptions = {}): Promise<number[]> {
-    const encoding = await this.#hf.encode(text, null, { addSpecialTokens: false });
-    const ids = encoding.getIds();
-    if (options.addSpecialTokens ?? true) {
-      const { addBosToken, addEosToken } = this.files;
-      if (addBosToken && this.bosTokenId !== null) ids.unshift(this.bosTokenId);
-      const eos = this.eosTokenIds[0];
-      if (addEosToken && eos !== undefined) ids.push(eos);
-    }
-    return ids;
+    return Array.from(await this.encodeIds(text, options));
+  }
+
+  /** encode() as an Int32Array, the engine's prompt type: no per-id copy on this thread for long texts. */
+  async encodeIds(text: string, options: EncodeOptions = {}): Promise<Int32Array> {
+    const worker = this.#worker;
+    const ids =
+      worker !== null
+        ? await worker.encode(text)
+        : Int32Array.from((await this.#hf.encode(text, null, { addSpecialTokens: false })).getIds());
+    const bos = this.#addsBos(options) ? this.bosTokenId : null;
+    const eos = this.#addsEos(options) ? this.eosTokenIds[0] : undefined;
+    if (bos === null && eos === undefined) return ids;
+    const out = new Int32Array(ids.length + (bos === null ? 0 : 1) + (eos === undefined ? 0 : 1));
+    if (bos !== null) out[0] = bos;
+    out.set(ids, bos === null ? 0 : 1);
+    if (eos !== undefined) out[out.length - 1] = eos;
+    return out;
+  }
+
+  /** How many special tokens encode() adds to any text with `options` (BOS, EOS). */
+  addedTokens(options: EncodeOptions = {}): number {
+    return (this.#addsBos(options) ? 1 : 0) + (this.#addsEos(options) ? 1 : 0);
+  }
+
+  /**
+   * The most UTF-8 bytes a text can have and still encode (with `options`) to at most `tokens`
+   * tokens, by byteBound: a longer text surely encodes to more. Null when there is no bound.
+   */
+  maxTextBytes(tokens: number, options: EncodeOptions = {}): number | null {
+    const per = this.byteBound.maxTokenBytes;
+    if (per === null) return null;
+    return Math.max(0, tokens - this.addedTokens(options)) * per;
+  }
+
+  #addsBos(options: EncodeOptions): boolean {
+    return (options.addSpecialTokens ?? true) && this.files.addBosToken && this.bosTokenId !== null;
+  }
+
+  #addsEos(options: EncodeOptions): boolean {
+    return (options.addSpecialTokens ?? true) && this.files.addEosToken && this.eosTokenIds[0] !== undefined;
   }
 
   /** Text of `ids`; ids the tokenizer does not know contribute nothing, as in the binding's decode. */
@@ -142,5 +228,30 @@ export class Tokenizer {
     if (!this.files.byteFallback) return false;
     const piece = this.piece(id);
     return piece !== null && BYTE_PIECE.test(piece);
+  }
+}
+
+/** The byte bound of `source`'s tokenizer.json, read without blocking; none when it cannot be read. */
+async function readByteBound(source: TokenizerSource): Promise<TokenByteBound> {
+  const text = source.kind === 'json' ? source.json : await readFile(source.path, 'utf8').catch(() => null);
+  return tokenByteBound(parseJson(text));
+}
+
+/** `source`'s tokenizer.json, parsed; null when it cannot be read (the byte bound is then off). */
+function readTokenizerJsonSync(source: TokenizerSource): unknown {
+  if (source.kind === 'json') return parseJson(source.json);
+  try {
+    return parseJson(readFileSync(source.path, 'utf8'));
+  } catch {
+    return null;
+  }
+}
+
+function parseJson(text: string | null): unknown {
+  if (text === null) return null;
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return null;
   }
 }

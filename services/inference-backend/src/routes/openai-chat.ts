@@ -52,21 +52,39 @@ function templateMessages(messages: readonly ChatMessageInput[]): ChatMessage[] 
  * template writes (usually `{{ bos_token }}` first), so it is encoded without adding any
  * (as transformers' apply_chat_template and vLLM do); BOS is then added only when the model's
  * config asks for it (add_bos_token) and the template did not already put it first, so a
- * prompt never starts with two BOS tokens.
+ * prompt never starts with two BOS tokens. A rendered text too long for the context by its size
+ * alone is refused before tokenizing (TextGenerator.checkPromptSize), against the request's
+ * max_completion_tokens / max_tokens (else the default).
  */
-export async function chatPromptIds(
+export async function chatPrompt(
   runtime: InferenceRuntime,
-  body: Pick<ChatCompletionRequest, 'messages' | 'add_generation_prompt' | 'chat_template_kwargs'>,
-): Promise<number[]> {
+  body: Pick<
+    ChatCompletionRequest,
+    'messages' | 'add_generation_prompt' | 'chat_template_kwargs' | 'max_tokens' | 'max_completion_tokens'
+  >,
+): Promise<Int32Array> {
   const text = chatTemplate(runtime).render(templateMessages(body.messages), {
     addGenerationPrompt: body.add_generation_prompt,
     ...(body.chat_template_kwargs ? { variables: body.chat_template_kwargs } : {}),
   });
+  const maxTokens = runtime.maxTokens(body.max_completion_tokens ?? body.max_tokens);
+  runtime.generator.checkPromptSize(text, maxTokens, { addSpecialTokens: false });
   const { tokenizer } = runtime;
-  const ids = await tokenizer.encode(text, { addSpecialTokens: false });
+  const ids = await tokenizer.encodeIds(text, { addSpecialTokens: false });
   const bos = tokenizer.bosTokenId;
-  if (tokenizer.files.addBosToken && bos !== null && ids[0] !== bos) ids.unshift(bos);
-  return ids;
+  if (!tokenizer.files.addBosToken || bos === null || ids[0] === bos) return ids;
+  const withBos = new Int32Array(ids.length + 1);
+  withBos[0] = bos;
+  withBos.set(ids, 1);
+  return withBos;
+}
+
+/** chatPrompt's ids as an array. */
+export async function chatPromptIds(
+  runtime: InferenceRuntime,
+  body: Parameters<typeof chatPrompt>[1],
+): Promise<number[]> {
+  return Array.from(await chatPrompt(runtime, body));
 }
 
 export const chatRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = async (app, options) => {
@@ -85,7 +103,7 @@ export const chatRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = async (app,
       const body = request.body as ChatCompletionRequest; // no nulls left: dropNullFields ran first
       runtime.checkModel(body.model);
       checkStreamOptions(body);
-      const prompt = await chatPromptIds(runtime, body);
+      const prompt = await chatPrompt(runtime, body);
       const maxTokens = body.max_completion_tokens ?? body.max_tokens;
       const topLogprobs = body.logprobs ? (body.top_logprobs ?? 0) : undefined;
       const sse = body.stream ? new SseStream(reply, options.sseHeartbeatMs) : undefined;
