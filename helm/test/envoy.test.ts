@@ -81,8 +81,9 @@ describe.each([
       expect(hcm.max_request_headers_kb).toBe(60);
       expect(hcm.request_headers_timeout).toBe('10s');
       expect(hcm.stream_idle_timeout).toBe('300s');
-      // No whole-request deadline: a stream lasts as long as tokens flow.
-      expect(hcm.request_timeout).toBe('0s');
+      // Receiving the request is bounded; the route has no deadline, so a stream lasts as long
+      // as tokens flow (request_timeout stops once the response starts).
+      expect(hcm.request_timeout).toBe('30s');
       const edgeRoute = hcm.route_config.virtual_hosts[0].routes.find(
         (r: Json) => r.route?.cluster === 'edge',
       );

@@ -101,6 +101,35 @@ export const configFields = {
   logLevel: () => z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 };
 
+/**
+ * Limits on what a client may send, enforced by the service base (request-guards.ts) on every
+ * service. The timeouts mirror Envoy's in the chart (helm/strata values.yaml, envoy.*): request
+ * headers 10 s, whole request 30 s. They cover receiving the request only, never the response,
+ * so a long SSE stream is not cut.
+ */
+export const httpLimitsSchema = z
+  .object({
+    /** Deepest nesting of objects and arrays accepted in a JSON body (400 STRATA_BODY_TOO_DEEP). */
+    maxJsonDepth: z.coerce.number().int().positive().max(1024).default(128),
+    /** A request's headers must arrive within this many ms of its first byte (408 otherwise). */
+    headersTimeoutMs: configFields.positiveInt(10_000),
+    /** The whole request, headers and body, must arrive within this many ms (408 otherwise). */
+    requestTimeoutMs: configFields.positiveInt(30_000),
+    /**
+     * An idle keep-alive connection is closed after this many ms. Above Envoy's upstream idle
+     * timeout (60 s), so Envoy never reuses a connection the edge is closing.
+     */
+    keepAliveTimeoutMs: configFields.positiveInt(72_000),
+  })
+  .refine((limits) => limits.headersTimeoutMs <= limits.requestTimeoutMs, {
+    path: ['headersTimeoutMs'],
+    message: 'must not exceed requestTimeoutMs (the whole request includes its headers)',
+  });
+
+export type HttpLimits = z.output<typeof httpLimitsSchema>;
+
+export const DEFAULT_HTTP_LIMITS: HttpLimits = Object.freeze(httpLimitsSchema.parse({}));
+
 /** The settings every Strata service shares; services extend this schema with their own. */
 export const baseServiceSchema = z.object({
   host: z.string().min(1).default('0.0.0.0'),
@@ -109,6 +138,7 @@ export const baseServiceSchema = z.object({
   /** How long SIGTERM waits for in-flight requests before closing them, in milliseconds. */
   drainTimeoutMs: configFields.positiveInt(30_000),
   otlpEndpoint: z.url().optional(),
+  http: httpLimitsSchema.prefault({}),
 });
 
 export type BaseServiceConfig = z.output<typeof baseServiceSchema>;
@@ -119,4 +149,8 @@ export const baseServiceEnv: EnvMap = {
   logLevel: 'LOG_LEVEL',
   drainTimeoutMs: 'STRATA_DRAIN_TIMEOUT_MS',
   otlpEndpoint: 'OTEL_EXPORTER_OTLP_ENDPOINT',
+  'http.maxJsonDepth': 'STRATA_MAX_JSON_DEPTH',
+  'http.headersTimeoutMs': 'STRATA_HTTP_HEADERS_TIMEOUT_MS',
+  'http.requestTimeoutMs': 'STRATA_HTTP_REQUEST_TIMEOUT_MS',
+  'http.keepAliveTimeoutMs': 'STRATA_HTTP_KEEP_ALIVE_TIMEOUT_MS',
 };

@@ -27,6 +27,16 @@ export const ERROR_CATALOGUE = {
     type: 'invalid_request',
     message: 'The request body is not valid JSON.',
   },
+  STRATA_BODY_TOO_DEEP: {
+    status: 400,
+    type: 'invalid_request',
+    message: 'The JSON body is nested too deeply.',
+  },
+  STRATA_INVALID_ENCODING: {
+    status: 400,
+    type: 'invalid_request',
+    message: 'The request holds text that is not valid UTF-8.',
+  },
   STRATA_NO_CHAT_TEMPLATE: {
     status: 400,
     type: 'invalid_request',
@@ -55,11 +65,21 @@ export const ERROR_CATALOGUE = {
     type: 'invalid_request',
     message: 'Method not allowed on this route.',
   },
+  STRATA_REQUEST_TIMEOUT: {
+    status: 408,
+    type: 'invalid_request',
+    message: 'The request was not received in time.',
+  },
   STRATA_BODY_TOO_LARGE: { status: 413, type: 'invalid_request', message: 'The request body is too large.' },
   STRATA_UNSUPPORTED_MEDIA_TYPE: {
     status: 415,
     type: 'invalid_request',
     message: 'Send the body as application/json.',
+  },
+  STRATA_HEADERS_TOO_LARGE: {
+    status: 431,
+    type: 'invalid_request',
+    message: 'The request headers are too large.',
   },
   STRATA_RATE_LIMITED: { status: 429, type: 'rate_limit', message: 'Too many requests; retry later.' },
   STRATA_QUOTA_EXCEEDED: { status: 429, type: 'rate_limit', message: "The tenant's token quota is used up." },

@@ -9,6 +9,7 @@ export * from './openapi.js';
 export * from './protocol.js';
 export * from './readiness.js';
 export * from './redis.js';
+export * from './request-guards.js';
 export * from './run.js';
 export * from './service.js';
 export * from './shutdown.js';

@@ -7,6 +7,7 @@ import { type BaseServiceConfig, ConfigError, type EnvMap, loadConfig } from './
 import { createLogger } from './logger.js';
 import { createMetrics, type ServiceMetrics } from './metrics.js';
 import { Readiness } from './readiness.js';
+import { applyHttpLimits } from './request-guards.js';
 import { createShutdown, exitOnSignals } from './shutdown.js';
 import { startTelemetry, type Telemetry } from './telemetry.js';
 
@@ -88,6 +89,8 @@ export async function bootService<S extends z.ZodType<BaseServiceConfig>>(
     process.stderr.write(`${options.name}: ${err.message}\n`);
     process.exit(2);
   }
+  // Here rather than in each service's build, so that every service gets them unchanged.
+  applyHttpLimits(app, config.http);
   await runService({
     app,
     logger,

@@ -1,6 +1,7 @@
 // The base every Strata service is built on: a Fastify 5 app with request ids, structured
-// request logs, catalogue errors, /health/live, /health/ready and /metrics. Services register
-// their own routes on top as plugins.
+// request logs, catalogue errors, /health/live, /health/ready and /metrics, and the guards
+// against hostile input of request-guards.ts. Services register their own routes on top as
+// plugins.
 
 import type { Socket } from 'node:net';
 import Fastify, {
@@ -12,11 +13,18 @@ import Fastify, {
   LogController,
 } from 'fastify';
 import type { Logger } from 'pino';
+import { DEFAULT_HTTP_LIMITS, type HttpLimits } from './config.js';
 import { errorBodyJsonSchema, StrataError } from './errors.js';
 import { HEADERS, parseTraceparent, requestIdFrom } from './headers.js';
 import { traceRequests } from './http-span.js';
 import type { ServiceMetrics } from './metrics.js';
 import { Readiness } from './readiness.js';
+import {
+  answerClientError,
+  applyHttpLimits,
+  guardJsonBodies,
+  rejectInvalidHeaderBytes,
+} from './request-guards.js';
 
 export interface ServiceAppOptions {
   name: string;
@@ -31,12 +39,19 @@ export interface ServiceAppOptions {
    * client sent none or a malformed one, so every hop and log line after it carries one id.
    */
   traceRequests?: 'continue' | 'originate';
+  /**
+   * Limits on what clients send (config.ts httpLimitsSchema); the defaults when absent.
+   * bootService applies the configured ones (config.http) after the service's build.
+   */
+  http?: Partial<HttpLimits>;
 }
 
 declare module 'fastify' {
   interface FastifyInstance {
     readiness: Readiness;
     metrics: ServiceMetrics;
+    /** In force for this app; change them with applyHttpLimits, before listen. */
+    readonly httpLimits: HttpLimits;
   }
 }
 
@@ -104,12 +119,12 @@ export function toStrataError(err: FastifyError): StrataError {
 // Once the listener closes, connections must not outlive their last response, or app.close()
 // and with it a drain wait for clients to hang up:
 // - Node closes idle keep-alive connections once, when close() is called; those whose response
-//   ends later stay open for the keep-alive timeout (Fastify's is 72 s, and clients told so keep
-//   them that long). They are closed as soon as they turn idle.
+//   ends later stay open for the keep-alive timeout (httpLimits.keepAliveTimeoutMs, 72 s, and
+//   clients told so keep them that long). They are closed as soon as they turn idle.
 // - A connection that has not sent a byte carries no request, yet Node counts it as busy until
-//   its headers timeout (a minute). Clients that connect ahead of need (undici pools after a
-//   cancelled stream, proxies that preconnect) leave such connections; they are closed once
-//   silent for UNUSED_CONNECTION_GRACE_MS.
+//   its headers timeout (httpLimits.headersTimeoutMs). Clients that connect ahead of need
+//   (undici pools after a cancelled stream, proxies that preconnect) leave such connections;
+//   they are closed once silent for UNUSED_CONNECTION_GRACE_MS.
 const UNUSED_CONNECTION_GRACE_MS = 500;
 const CLOSING_SWEEP_MS = 100;
 
@@ -152,6 +167,7 @@ function keepConnectionToDrain(request: FastifyRequest, reply: FastifyReply): vo
 
 export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
   const readiness = options.readiness ?? new Readiness();
+  const httpLimits: HttpLimits = { ...DEFAULT_HTTP_LIMITS };
   const app = Fastify({
     // pino's Logger is a FastifyBaseLogger; the cast keeps the app's type the default one.
     loggerInstance: options.logger as FastifyBaseLogger,
@@ -160,9 +176,13 @@ export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
     logController: new LogController({ requestIdLogLabel: 'request_id', disableRequestLogging: true }),
     bodyLimit: options.bodyLimit ?? 1024 * 1024,
     return503OnClosing: true,
+    clientErrorHandler: answerClientError(options.logger, () => httpLimits),
   });
   app.decorate('readiness', readiness);
   app.decorate('metrics', options.metrics);
+  app.decorate('httpLimits', httpLimits);
+  applyHttpLimits(app, { ...DEFAULT_HTTP_LIMITS, ...options.http });
+  guardJsonBodies(app);
   closeConnectionsWhenDone(app);
 
   // Before the hook below, which logs the trace id the request will carry onwards.
@@ -174,6 +194,8 @@ export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
     const traceId = parseTraceparent(request.headers[HEADERS.traceparent])?.traceId;
     if (traceId) request.log = request.log.child({ trace_id: traceId });
   });
+  // After the hook above, so that the 400 carries the request id.
+  app.addHook('onRequest', rejectInvalidHeaderBytes);
 
   app.addHook('onResponse', async (request, reply) => {
     const route = request.routeOptions.url ?? 'unmatched';

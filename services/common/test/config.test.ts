@@ -43,6 +43,12 @@ describe('loadConfig', () => {
       port: 0,
       logLevel: 'info',
       drainTimeoutMs: 30_000,
+      http: {
+        maxJsonDepth: 128,
+        headersTimeoutMs: 10_000,
+        requestTimeoutMs: 30_000,
+        keepAliveTimeoutMs: 72_000,
+      },
       redis: { enabled: false },
     });
   });

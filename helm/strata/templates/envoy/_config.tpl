@@ -3,7 +3,8 @@ envoy.yaml (a v3 Bootstrap). Shape:
   listeners: https (TLS, optional) and/or http -> [connection_limit, http_connection_manager]
              -> route_config "strata" -> cluster "edge";  stats -> cluster "envoy_admin"
   clusters:  edge (headless Service, active /health/ready checks), envoy_admin (127.0.0.1)
-Timeouts suit SSE: no route timeout, a stream idle timeout, a request-headers timeout.
+Timeouts suit SSE: no route timeout, a stream idle timeout, request-headers and whole-request
+timeouts (both stop once the response starts).
 */}}
 {{- define "strata.envoy.hcm" -}}
 {{- $root := index . 0 -}}
@@ -29,8 +30,9 @@ Timeouts suit SSE: no route timeout, a stream idle timeout, a request-headers ti
     merge_slashes: true
     max_request_headers_kb: {{ int $e.maxRequestHeadersKb }}
     request_headers_timeout: {{ $e.requestHeadersTimeout }}
-    # 0s: no whole-request deadline, an SSE stream lasts as long as the model generates.
-    request_timeout: 0s
+    # Receiving the whole request, body included; disarmed when the response starts, so an SSE
+    # stream still lasts as long as the model generates.
+    request_timeout: {{ $e.requestTimeout }}
     stream_idle_timeout: {{ $e.streamIdleTimeout }}
     drain_timeout: {{ $e.drainTimeout }}
     common_http_protocol_options:
@@ -209,7 +211,8 @@ static_resources:
       typed_extension_protocol_options:
         envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
           "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-          # Below the edge's keep-alive (Fastify's 72 s) so Envoy never reuses a closing socket.
+          # Below the edge's keep-alive (STRATA_HTTP_KEEP_ALIVE_TIMEOUT_MS, 72 s) so Envoy never
+          # reuses a closing socket.
           common_http_protocol_options: { idle_timeout: 60s }
           explicit_http_config:
             http_protocol_options: {}

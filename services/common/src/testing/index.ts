@@ -1,4 +1,5 @@
 export * from './docs.js';
+export * from './hostile-input.js';
 export * from './load.js';
 export * from './otlp.js';
 export * from './process.js';
