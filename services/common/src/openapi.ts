@@ -21,6 +21,25 @@ function hasZodSchema(schema: Transform['schema']): boolean {
   return [...Object.values(parts), ...responses].some(isZod);
 }
 
+/** OpenAI's names for the operations it defines, so clients generated from any service read alike. */
+const OPERATION_IDS: Record<string, string> = {
+  'POST /v1/completions': 'createCompletion',
+  'POST /v1/chat/completions': 'createChatCompletion',
+  'GET /v1/models': 'listModels',
+  'POST /v1/generate': 'generate',
+};
+
+/**
+ * Every operation's operationId (what client generators name methods after): the route's own,
+ * OpenAI's name, else method and path in camel case (GET /health/live -> getHealthLive).
+ */
+export function operationIdOf(method: string, url: string): string {
+  const known = OPERATION_IDS[`${method} ${url}`];
+  if (known) return known;
+  const words = url.split(/[^A-Za-z0-9]+/).filter(Boolean);
+  return [method.toLowerCase(), ...words.map((w) => w[0]?.toUpperCase() + w.slice(1))].join('');
+}
+
 /** A request URL's path and its query string (with the '?', or ''). */
 function splitQuery(url: string): [string, string] {
   const at = url.indexOf('?');
@@ -39,10 +58,18 @@ export function registerOpenApi(
 ): void {
   app.register(swagger, {
     openapi: { openapi: '3.1.0', info, ...(extra.components ? { components: extra.components } : {}) },
-    transform: (document: Transform) =>
-      document.schema && hasZodSchema(document.schema)
-        ? jsonSchemaTransform(document)
-        : { schema: document.schema, url: document.url },
+    transform: (document: Transform) => {
+      const out =
+        document.schema && hasZodSchema(document.schema)
+          ? jsonSchemaTransform(document)
+          : { schema: document.schema, url: document.url };
+      const method = [document.route.method].flat()[0] ?? 'GET';
+      const schema = (out.schema ?? {}) as { operationId?: string };
+      return {
+        ...out,
+        schema: { ...schema, operationId: schema.operationId ?? operationIdOf(method, document.url) },
+      };
+    },
   });
   app.register(async (scope) => {
     scope.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());

@@ -4,7 +4,7 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadDocs } from '@strata/common/testing';
+import { loadDocs, operationIdProblems, operationsOf } from '@strata/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEdge, type TestEdge } from './support/edge.js';
 import { jsonAnswer, RecordingUpstream } from './support/upstream.js';
@@ -50,6 +50,14 @@ describe('edge /docs', () => {
       '/v1/completions',
       '/v1/chat/completions',
       '/v1/models',
+    ]);
+    // Every operation named once, the inference ones as OpenAI names them, for client generators.
+    expect(operationIdProblems(doc)).toEqual([]);
+    expect(operationsOf(doc).map((o) => o.operationId)).toEqual([
+      'generate',
+      'createCompletion',
+      'createChatCompletion',
+      'listModels',
     ]);
     // The UI's Authorize button: the API routes take a bearer key.
     expect(doc.components.securitySchemes).toEqual({

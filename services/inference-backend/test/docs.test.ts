@@ -2,7 +2,7 @@
 // port 0. No model is loaded: the docs and the document do not need one.
 import type { AddressInfo } from 'node:net';
 import { createLogger, createMetrics, loadConfig, Readiness } from '@strata/common';
-import { loadDocs } from '@strata/common/testing';
+import { loadDocs, operationIdProblems, operationsOf } from '@strata/common/testing';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
@@ -52,6 +52,15 @@ describe('backend /docs', () => {
       '/v1/completions',
       '/v1/chat/completions',
       '/v1/models',
+    ]);
+    // Every operation named once, the inference ones as OpenAI names them, for client generators.
+    expect(operationIdProblems(doc)).toEqual([]);
+    expect(operationsOf(doc).map((o) => o.operationId)).toEqual([
+      'getLoad',
+      'generate',
+      'createCompletion',
+      'createChatCompletion',
+      'listModels',
     ]);
   });
 });

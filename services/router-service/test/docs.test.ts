@@ -4,7 +4,7 @@
 import { once } from 'node:events';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { idleLoadReport, loadDocs } from '@strata/common/testing';
+import { idleLoadReport, loadDocs, operationIdProblems, operationsOf } from '@strata/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildTestRouter, type TestRouter } from './support/router.js';
 
@@ -160,6 +160,20 @@ describe('router /docs', () => {
     expect(bundle?.contentType).toMatch(/^application\/javascript/);
     expect(docs.documentUrl).toBe(`${router.url}/openapi.json`);
     expect(docs.document).toEqual(await openApi(router.url));
+  });
+
+  it('names every operation once, the inference ones as OpenAI does, for client generators', async () => {
+    const document = await openApi(router.url);
+    expect(operationIdProblems(document)).toEqual([]);
+    const ids = Object.fromEntries(
+      operationsOf(document).map((o) => [`${o.method} ${o.path}`, o.operationId]),
+    );
+    expect(ids).toMatchObject({
+      'post /v1/chat/completions': 'createChatCompletion',
+      'post /v1/completions': 'createCompletion',
+      'get /v1/models': 'listModels',
+      'post /v1/generate': 'generate',
+    });
   });
 
   it('keeps its own routes out of the document', async () => {

@@ -74,3 +74,38 @@ export async function loadDocs(docsUrl: string): Promise<LoadedDocs> {
     document,
   };
 }
+
+export interface DocumentedOperation {
+  method: string;
+  path: string;
+  operationId: string | undefined;
+}
+
+/** Every operation of an OpenAPI document: method, path and operationId. */
+export function operationsOf(document: unknown): DocumentedOperation[] {
+  const paths =
+    (document as { paths?: Record<string, Record<string, { operationId?: string }>> }).paths ?? {};
+  return Object.entries(paths).flatMap(([path, methods]) =>
+    Object.entries(methods)
+      .filter(([method]) => ['get', 'put', 'post', 'delete', 'patch', 'head', 'options'].includes(method))
+      .map(([method, op]) => ({ method, path, operationId: op.operationId })),
+  );
+}
+
+/** Why an OpenAPI document's operationIds fail client generators (missing, duplicated, not an identifier); [] when fine. */
+export function operationIdProblems(document: unknown): string[] {
+  const ops = operationsOf(document);
+  const problems: string[] = [];
+  const seen = new Map<string, string>();
+  for (const op of ops) {
+    const where = `${op.method.toUpperCase()} ${op.path}`;
+    if (op.operationId === undefined) problems.push(`${where}: no operationId`);
+    else if (!/^[a-z][A-Za-z0-9]*$/.test(op.operationId))
+      problems.push(`${where}: "${op.operationId}" is not a camelCase identifier`);
+    else if (seen.has(op.operationId))
+      problems.push(`${where}: "${op.operationId}" also names ${seen.get(op.operationId)}`);
+    else seen.set(op.operationId, where);
+  }
+  if (ops.length === 0) problems.push('the document has no operations');
+  return problems;
+}
