@@ -17,8 +17,21 @@ export const configSchema = baseServiceSchema.extend({
       nvidiaSmi: z.string().min(1).default('nvidia-smi'),
       /** How often nvidia-smi is queried, in ms. */
       intervalMs: configFields.positiveInt(1_000),
-      /** Timeout of one query, in ms. */
+      /** Timeout of one query (nvidia-smi or DCGM read), in ms. */
       timeoutMs: configFields.positiveInt(5_000),
+      /** dcgm-exporter's /metrics on this node, read before nvidia-smi; unset: nvidia-smi only. */
+      dcgmUrl: z.url().optional(),
+      /** After a failed DCGM read, nvidia-smi alone is used for this long, in ms. */
+      dcgmRetryMs: configFields.positiveInt(30_000),
+    })
+    .prefault({}),
+  /** This pod (downward API), to pick its GPUs out of dcgm-exporter's series. */
+  pod: z
+    .object({
+      /** Unset: the host name, which is the pod name unless the pod sets spec.hostname. */
+      name: z.string().min(1).optional(),
+      /** Unset: the pod name alone must match. */
+      namespace: z.string().min(1).optional(),
     })
     .prefault({}),
   /** The saturation rule's thresholds; docs/observability.md explains each. */
@@ -45,6 +58,10 @@ export const configEnv: EnvMap = {
   'gpu.nvidiaSmi': 'STRATA_SIDECAR_NVIDIA_SMI',
   'gpu.intervalMs': 'STRATA_SIDECAR_GPU_INTERVAL_MS',
   'gpu.timeoutMs': 'STRATA_SIDECAR_GPU_TIMEOUT_MS',
+  'gpu.dcgmUrl': 'STRATA_DCGM_URL',
+  'gpu.dcgmRetryMs': 'STRATA_SIDECAR_DCGM_RETRY_MS',
+  'pod.name': 'STRATA_POD_NAME',
+  'pod.namespace': 'STRATA_POD_NAMESPACE',
   'diagnosis.kvHighRatio': 'STRATA_SIDECAR_KV_HIGH_RATIO',
   'diagnosis.gpuBusyRatio': 'STRATA_SIDECAR_GPU_BUSY_RATIO',
   'diagnosis.preemptionWindowMs': 'STRATA_SIDECAR_PREEMPTION_WINDOW_MS',

@@ -1,18 +1,19 @@
 // The sidecar's moving parts: the GPU and backend collectors on their own poll loops, the
 // diagnoser fed by every backend poll, and the metrics over all three. Nothing here is on a
 // request path: a failing source only changes what the metrics and /status say.
+import { hostname } from 'node:os';
 import { Counter, type Logger, type Readiness, type Registry } from '@strata/common';
 import { BackendCollector, type BackendSource } from './backend/collector.js';
 import { registerBackendMetrics } from './backend/metrics.js';
 import type { Config } from './config.js';
 import { Diagnoser } from './diagnosis/diagnoser.js';
 import { registerDiagnosisMetrics } from './diagnosis/metrics.js';
-import { GpuCollector } from './gpu/collector.js';
+import { GpuCollector, type GpuErrorSource } from './gpu/collector.js';
 import { registerGpuMetrics } from './gpu/metrics.js';
 import { type PollLoop, startPollLoop } from './poll-loop.js';
 
-export type ScrapeSource = BackendSource | 'gpu';
-const SCRAPE_SOURCES: ScrapeSource[] = ['backend_load', 'backend_metrics', 'gpu'];
+export type ScrapeSource = BackendSource | GpuErrorSource;
+const SCRAPE_SOURCES: ScrapeSource[] = ['backend_load', 'backend_metrics', 'gpu', 'dcgm'];
 
 export interface Sidecar {
   gpu: GpuCollector;
@@ -35,7 +36,7 @@ export function createSidecar(
 ): Sidecar {
   const errors = new Counter<'source'>({
     name: 'strata_sidecar_scrape_errors_total',
-    help: 'Failed polls of a telemetry source (backend_load, backend_metrics, gpu).',
+    help: 'Failed polls of a telemetry source (backend_load, backend_metrics, gpu = nvidia-smi, dcgm).',
     labelNames: ['source'],
     registers: [registry],
   });
@@ -45,7 +46,14 @@ export function createSidecar(
     nvidiaSmi: config.gpu.nvidiaSmi,
     timeoutMs: config.gpu.timeoutMs,
     logger,
-    onError: () => errors.inc({ source: 'gpu' }),
+    dcgm: config.gpu.dcgmUrl
+      ? {
+          url: config.gpu.dcgmUrl,
+          pod: { name: config.pod.name ?? hostname(), namespace: config.pod.namespace },
+          retryMs: config.gpu.dcgmRetryMs,
+        }
+      : undefined,
+    onError: (source) => errors.inc({ source }),
   });
   const backend = new BackendCollector({
     backendUrl: config.backendUrl,
@@ -61,7 +69,8 @@ export function createSidecar(
   // Readiness reports each source's state but never blocks on it: the sidecar serves what it
   // has, and a not-ready sidecar would only hide the metrics that explain the failure.
   const report = () => {
-    readiness.set('gpu', true, gpu.lastError ? `${gpu.mode}: ${gpu.lastError}` : gpu.mode);
+    const mode = gpu.source === 'none' ? gpu.mode : `${gpu.mode} (${gpu.source})`;
+    readiness.set('gpu', true, gpu.lastError ? `${mode}: ${gpu.lastError}` : mode);
     readiness.set(
       'backend',
       true,

@@ -4,6 +4,7 @@ import { createLogger, createMetrics, type LoadReport, loadConfig, Readiness } f
 import { afterEach, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { CONFIG_FILE_ENV, configEnv, configSchema } from '../src/config.js';
+import { dcgmExporterLike, OTHER_POD, THIS_POD } from './support/dcgm-exporter.js';
 
 const servers: Server[] = [];
 afterEach(async () => {
@@ -114,6 +115,50 @@ describe('observability app', () => {
     expect(status.backend.error).toEqual(expect.any(String));
     expect(status.saturation.state).toBe('queueing');
     await app.close();
+  });
+
+  it("diagnoses from this pod's GPU in dcgm-exporter's answer and says so in /status and readiness", async () => {
+    const dcgm = await dcgmExporterLike();
+    servers.push(dcgm.server);
+    const backend = await backendLike({ ...LOAD, waiting: 0 }, () => 0);
+    const env = {
+      STRATA_BACKEND_URL: backend.url,
+      STRATA_SIDECAR_CONFIRM_SAMPLES: '1',
+      STRATA_DCGM_URL: dcgm.url,
+      STRATA_SIDECAR_NVIDIA_SMI: 'nvidia-smi-not-installed-here',
+    };
+    // This pod's GPU is at 97 %: compute saturated. The other pod's GPU (12 %) must not count.
+    const mine = sidecarApp({
+      ...env,
+      STRATA_POD_NAME: THIS_POD.name,
+      STRATA_POD_NAMESPACE: THIS_POD.namespace,
+    });
+    await mine.app.sidecar.pollGpu();
+    await mine.app.sidecar.pollBackend();
+    expect(mine.app.sidecar.diagnoser.inputs?.gpuUtil).toBe(0.97);
+    expect(mine.app.sidecar.diagnoser.state).toBe('compute_saturated');
+    const status = (await mine.app.inject('/status')).json();
+    expect(status.gpu).toMatchObject({ mode: 'gpu', source: 'dcgm', up: true, gpus: 1, error: null });
+    expect(status.gpu.dcgm).toMatchObject({ url: dcgm.url, error: null });
+    expect(status.gpu.devices[0]).toMatchObject({
+      index: 0,
+      smActiveRatio: 0.812345,
+      dramActiveRatio: 0.734512,
+    });
+    const ready = (await mine.app.inject('/health/ready')).json();
+    expect(ready.checks.gpu.detail).toBe('gpu (dcgm)');
+    await mine.app.close();
+
+    const other = sidecarApp({
+      ...env,
+      STRATA_POD_NAME: OTHER_POD.name,
+      STRATA_POD_NAMESPACE: OTHER_POD.namespace,
+    });
+    await other.app.sidecar.pollGpu();
+    await other.app.sidecar.pollBackend();
+    expect(other.app.sidecar.diagnoser.inputs?.gpuUtil).toBe(0.12);
+    expect(other.app.sidecar.diagnoser.state).toBe('healthy');
+    await other.app.close();
   });
 
   it('reads preemptions from /metrics into memory_pressure', async () => {

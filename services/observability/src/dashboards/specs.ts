@@ -241,7 +241,8 @@ const GPU_LEGEND = '{{Hostname}} gpu{{gpu}} {{modelName}}';
 const gpu: DashboardSpec = {
   uid: 'strata-gpu',
   title: 'Strata / GPU',
-  description: 'GPU telemetry from the sidecars, under dcgm-exporter names (DCGM_FI_DEV_*).',
+  description:
+    'GPU telemetry under dcgm-exporter names (DCGM_FI_DEV_*): from dcgm-exporter where it runs, else from the sidecars (nvidia-smi).',
   tags: ['gpu'],
   panels: [
     {
@@ -291,7 +292,8 @@ const gpu: DashboardSpec = {
     },
     {
       title: 'GPU telemetry up / GPUs seen',
-      description: '1 while the last nvidia-smi query worked; GPUs per sidecar (0 on CPU nodes).',
+      description:
+        '1 while the last GPU query (dcgm-exporter or nvidia-smi) worked; GPUs per sidecar (0 on CPU nodes).',
       unit: 'short',
       targets: [
         { expr: 'strata_sidecar_gpu_up', legend: '{{instance}} up' },

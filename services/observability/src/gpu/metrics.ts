@@ -1,9 +1,12 @@
 // GPU telemetry under dcgm-exporter's names and labels (gpu, UUID, device, modelName, Hostname),
 // so dashboards and alerts written for dcgm-exporter read the sidecar unchanged. Values are
 // read from the collector at scrape time; a field the GPU cannot report is left out, not 0.
+// The DCGM_* series are exported only while the values come from nvidia-smi: when they come
+// from dcgm-exporter, Prometheus scrapes the exporter itself, and a second copy here would
+// show every GPU twice.
 import { hostname } from 'node:os';
 import { Gauge, type Registry } from '@strata/common';
-import type { GpuCollector } from './collector.js';
+import { GPU_SOURCES, type GpuCollector } from './collector.js';
 import type { GpuSample } from './nvidia-smi.js';
 
 type DcgmLabel = 'gpu' | 'UUID' | 'device' | 'modelName' | 'Hostname';
@@ -32,6 +35,7 @@ export function registerGpuMetrics(registry: Registry, gpu: GpuCollector): void 
       registers: [registry],
       collect() {
         this.reset();
+        if (gpu.source !== 'nvidia-smi') return;
         for (const g of gpu.gpus) {
           const value = read(g);
           if (value === undefined) continue;
@@ -51,7 +55,7 @@ export function registerGpuMetrics(registry: Registry, gpu: GpuCollector): void 
   }
   new Gauge({
     name: 'strata_sidecar_gpu_up',
-    help: '1 while the last nvidia-smi query succeeded; 0 when it failed or there is no GPU.',
+    help: '1 while the last GPU query (dcgm-exporter or nvidia-smi) succeeded; 0 when it failed or there is no GPU.',
     registers: [registry],
     collect() {
       this.set(gpu.up ? 1 : 0);
@@ -67,13 +71,22 @@ export function registerGpuMetrics(registry: Registry, gpu: GpuCollector): void 
   });
   new Gauge<'mode'>({
     name: 'strata_sidecar_gpu_mode',
-    help: 'One-hot: gpu (telemetry from nvidia-smi), no_gpu (none on this node), failing, starting.',
+    help: 'One-hot: gpu (telemetry from dcgm-exporter or nvidia-smi), no_gpu (none on this node), failing, starting.',
     labelNames: ['mode'],
     registers: [registry],
     collect() {
       for (const mode of ['starting', 'gpu', 'no_gpu', 'failing'] as const) {
         this.set({ mode }, gpu.mode === mode ? 1 : 0);
       }
+    },
+  });
+  new Gauge<'source'>({
+    name: 'strata_sidecar_gpu_telemetry_source',
+    help: 'One-hot: where the GPU values come from: dcgm (dcgm-exporter), nvidia-smi, none.',
+    labelNames: ['source'],
+    registers: [registry],
+    collect() {
+      for (const source of GPU_SOURCES) this.set({ source }, gpu.source === source ? 1 : 0);
     },
   });
   new Gauge({

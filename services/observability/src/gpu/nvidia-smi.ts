@@ -37,6 +37,9 @@ export interface GpuSample {
   /** Current clocks, MHz. */
   smClockMHz: number | undefined;
   memClockMHz: number | undefined;
+  /** DCGM profiling only (DCGM_FI_PROF_SM_ACTIVE / DRAM_ACTIVE), 0..1; nvidia-smi has neither. */
+  smActiveRatio: number | undefined;
+  dramActiveRatio: number | undefined;
 }
 
 export class GpuQueryParseError extends Error {
@@ -88,6 +91,8 @@ export function parseGpuQuery(stdout: string): GpuSample[] {
       powerW: n[6],
       smClockMHz: n[7],
       memClockMHz: n[8],
+      smActiveRatio: undefined,
+      dramActiveRatio: undefined,
     });
   }
   return samples;

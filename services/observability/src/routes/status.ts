@@ -11,13 +11,24 @@ const statusSchema = {
   properties: {
     gpu: {
       type: 'object',
-      required: ['mode', 'up', 'gpus', 'age_seconds', 'error'],
+      required: ['mode', 'source', 'up', 'gpus', 'age_seconds', 'error', 'dcgm', 'devices'],
       properties: {
         mode: { type: 'string' },
+        source: { type: 'string' },
         up: { type: 'boolean' },
         gpus: { type: 'integer' },
         age_seconds: { type: ['number', 'null'] },
         error: { type: ['string', 'null'] },
+        dcgm: {
+          type: ['object', 'null'],
+          required: ['url', 'age_seconds', 'error'],
+          properties: {
+            url: { type: 'string' },
+            age_seconds: { type: ['number', 'null'] },
+            error: { type: ['string', 'null'] },
+          },
+        },
+        devices: { type: 'array', items: { type: 'object', additionalProperties: true } },
       },
     },
     backend: {
@@ -45,10 +56,20 @@ export const statusRoutes: FastifyPluginAsync<{ sidecar: Sidecar }> = async (app
   app.get('/status', { schema: { response: { 200: statusSchema } }, logLevel: 'warn' }, async () => ({
     gpu: {
       mode: sidecar.gpu.mode,
+      source: sidecar.gpu.source,
       up: sidecar.gpu.up,
       gpus: sidecar.gpu.gpus.length,
       age_seconds: ageSeconds(sidecar.gpu.lastSuccessMs),
       error: sidecar.gpu.lastError ?? null,
+      dcgm: sidecar.gpu.dcgm
+        ? {
+            url: sidecar.gpu.dcgm.url,
+            age_seconds: ageSeconds(sidecar.gpu.dcgm.lastSuccessMs),
+            error: sidecar.gpu.dcgm.lastError ?? null,
+          }
+        : null,
+      // The last sample per GPU (absent fields: the source cannot report them).
+      devices: sidecar.gpu.gpus,
     },
     backend: {
       up: sidecar.backend.up,
