@@ -1,22 +1,15 @@
 // A backend killed mid-stream, and a sidecar killed: every accepted request ends with a terminal
 // event, the survivor keeps serving, no KV block leaks and nothing else crashes.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Harness, startHarness } from '../src/harness.js';
+import { describe, expect, it } from 'vitest';
+import type { Harness } from '../src/harness.js';
 import { send } from './support/client.js';
+import { useHarness } from './support/harness.js';
 import { harnessModel } from './support/models.js';
 import { expectAllAlive, expectNoLeakedBlocks } from './support/platform-checks.js';
 
 const model = harnessModel();
 
-let harness: Harness;
-
-beforeAll(async () => {
-  harness = await startHarness();
-}, 180_000);
-
-afterAll(async () => {
-  await harness?.stop();
-});
+const harness = useHarness();
 
 // Long streams: 400 tokens that ignore the end-of-story token, so they are still running when
 // the backend dies (one compute thread per backend).
@@ -35,7 +28,7 @@ describe.skipIf(!model.path)(`a backend killed mid-stream${model.skipped}`, () =
     });
     const pending = Array.from({ length: streams }, (_, i) => {
       let first = true;
-      return send(harness.entryUrl, harness.apiKey, {
+      return send(harness().entryUrl, harness().apiKey, {
         body: LONG,
         session: `kill-${i}`,
         onHeaders: (backend) => {
@@ -53,9 +46,9 @@ describe.skipIf(!model.path)(`a backend killed mid-stream${model.skipped}`, () =
     // The backend serving the most streams dies. SIGSTOP first, and a pause for bytes already
     // sent to arrive: the streams still open then are certainly cut in the middle.
     const count = (label: string) => backendOf.filter((b) => b === label).length;
-    const [victim, survivor] = [...harness.backends].sort((a, b) => count(b.label) - count(a.label)) as [
-      (typeof harness.backends)[0],
-      (typeof harness.backends)[0],
+    const [victim, survivor] = [...harness().backends].sort((a, b) => count(b.label) - count(a.label)) as [
+      Harness['backends'][0],
+      Harness['backends'][0],
     ];
     victim.freeze();
     await new Promise((r) => setTimeout(r, 300));
@@ -79,18 +72,20 @@ describe.skipIf(!model.path)(`a backend killed mid-stream${model.skipped}`, () =
     // New requests all go to the survivor (the router retries a refused connection before the
     // first byte and ejects the dead backend).
     const after = await Promise.all(
-      Array.from({ length: 10 }, (_, i) => send(harness.entryUrl, harness.apiKey, { session: `kill-${i}` })),
+      Array.from({ length: 10 }, (_, i) =>
+        send(harness().entryUrl, harness().apiKey, { session: `kill-${i}` }),
+      ),
     );
     expect(after.map((o) => [o.status, o.terminal, o.backend])).toEqual(
       after.map(() => [200, 'done', survivor.label]),
     );
-    await expectNoLeakedBlocks(harness);
-    await expectAllAlive(harness);
+    await expectNoLeakedBlocks(harness());
+    await expectAllAlive(harness());
   }, 120_000);
 
   it('serves on both backends again once the killed one is back', async () => {
-    const killed = harness.backends.findIndex((b) => !b.running);
-    await harness.restartBackend(killed);
+    const killed = harness().backends.findIndex((b) => !b.running);
+    await harness().restartBackend(killed);
     const seen = new Set<string | null>();
     // The router may still hold the restarted backend ejected (its backoff doubles up to 10 s
     // while the backend was down), so this keeps sending for up to 30 s; distinct prompts keep
@@ -99,7 +94,7 @@ describe.skipIf(!model.path)(`a backend killed mid-stream${model.skipped}`, () =
     for (let i = 0; Date.now() < deadline && seen.size < 2; i++) {
       const batch = await Promise.all(
         Array.from({ length: 4 }, (_, j) =>
-          send(harness.entryUrl, harness.apiKey, {
+          send(harness().entryUrl, harness().apiKey, {
             body: { prompt: `Story ${i}.${j}: a cat`, max_tokens: 8 },
           }),
         ),
@@ -110,20 +105,24 @@ describe.skipIf(!model.path)(`a backend killed mid-stream${model.skipped}`, () =
       }
       await new Promise((r) => setTimeout(r, 100));
     }
-    expect([...seen].sort()).toEqual(harness.backends.map((b) => b.label).sort());
-    await expectNoLeakedBlocks(harness);
-    await expectAllAlive(harness);
+    expect([...seen].sort()).toEqual(
+      harness()
+        .backends.map((b) => b.label)
+        .sort(),
+    );
+    await expectNoLeakedBlocks(harness());
+    await expectAllAlive(harness());
   }, 120_000);
 });
 
 describe.skipIf(!model.path)(`a sidecar killed${model.skipped}`, () => {
   it('leaves inference untouched, and a restarted sidecar answers again', async () => {
-    const [sidecar] = harness.sidecars;
+    const [sidecar] = harness().sidecars;
     if (!sidecar) throw new Error('no sidecar');
     await sidecar.kill('SIGKILL');
     const outcomes = await Promise.all(
       Array.from({ length: 20 }, (_, i) =>
-        send(harness.entryUrl, harness.apiKey, {
+        send(harness().entryUrl, harness().apiKey, {
           stream: i % 2 === 0,
           endpoint: i % 4 < 2 ? 'generate' : 'completions',
         }),
@@ -133,7 +132,7 @@ describe.skipIf(!model.path)(`a sidecar killed${model.skipped}`, () => {
     await sidecar.start();
     const live = await fetch(`${sidecar.url}/health/live`);
     expect(live.status).toBe(200);
-    await expectNoLeakedBlocks(harness);
-    await expectAllAlive(harness);
+    await expectNoLeakedBlocks(harness());
+    await expectAllAlive(harness());
   }, 120_000);
 });

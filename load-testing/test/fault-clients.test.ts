@@ -1,23 +1,16 @@
 // Clients that misbehave: 1,000 that disconnect at random points of their requests, and bad
 // inputs of every kind. Each must leave the platform whole: no KV block held, no process down,
 // and bad input answered with a 4xx that names the problem.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { authHeaders, type Harness, startHarness } from '../src/harness.js';
+import { describe, expect, it } from 'vitest';
+import { authHeaders } from '../src/harness.js';
 import { type Outcome, send } from './support/client.js';
+import { useHarness } from './support/harness.js';
 import { harnessModel } from './support/models.js';
 import { expectAllAlive, expectNoLeakedBlocks } from './support/platform-checks.js';
 
 const model = harnessModel();
 
-let harness: Harness;
-
-beforeAll(async () => {
-  harness = await startHarness();
-}, 180_000);
-
-afterAll(async () => {
-  await harness?.stop();
-});
+const harness = useHarness();
 
 // Deterministic pseudo-random points (xorshift), so a failure can be replayed.
 function random(seed: number): () => number {
@@ -49,7 +42,7 @@ describe.skipIf(!model.path)(`1,000 clients disconnecting at random points${mode
           const afterMs = Math.floor(rand() * 30);
           let events = 0;
           const timer = byEvents ? undefined : setTimeout(() => controller.abort(), afterMs);
-          const outcome = await send(harness.entryUrl, harness.apiKey, {
+          const outcome = await send(harness().entryUrl, harness().apiKey, {
             endpoint: n % 5 === 4 ? 'completions' : 'generate',
             stream: n % 7 !== 6,
             body: { max_tokens: 16 + Math.floor(rand() * 300), ignore_eos: true },
@@ -72,10 +65,10 @@ describe.skipIf(!model.path)(`1,000 clients disconnecting at random points${mode
     expect(aborted).toBeGreaterThan(total / 4);
     process.stdout.write(`disconnects: ${aborted} of ${total} clients left mid-request\n`);
 
-    await expectNoLeakedBlocks(harness);
-    const after = await send(harness.entryUrl, harness.apiKey);
+    await expectNoLeakedBlocks(harness());
+    const after = await send(harness().entryUrl, harness().apiKey);
     expect([after.status, after.terminal]).toEqual([200, 'done']);
-    await expectAllAlive(harness);
+    await expectAllAlive(harness());
   }, 240_000);
 });
 
@@ -114,9 +107,9 @@ const BAD_INPUTS: BadInput[] = [
 
 describe.skipIf(!model.path)(`bad inputs${model.skipped}`, () => {
   it.each(BAD_INPUTS)('$name gets a 4xx naming the problem', async ({ path, contentType, body }) => {
-    const res = await fetch(`${harness.entryUrl}${path ?? '/v1/generate'}`, {
+    const res = await fetch(`${harness().entryUrl}${path ?? '/v1/generate'}`, {
       method: 'POST',
-      headers: { 'content-type': contentType ?? 'application/json', ...authHeaders(harness.apiKey) },
+      headers: { 'content-type': contentType ?? 'application/json', ...authHeaders(harness().apiKey) },
       body,
     });
     const json = (await res.json()) as { error?: { code?: string; message?: string } };
@@ -127,9 +120,9 @@ describe.skipIf(!model.path)(`bad inputs${model.skipped}`, () => {
   });
 
   it('leaves every process up and serving', async () => {
-    const ok = await send(harness.entryUrl, harness.apiKey);
+    const ok = await send(harness().entryUrl, harness().apiKey);
     expect([ok.status, ok.terminal]).toEqual([200, 'done']);
-    await expectNoLeakedBlocks(harness);
-    await expectAllAlive(harness);
+    await expectNoLeakedBlocks(harness());
+    await expectAllAlive(harness());
   });
 });

@@ -3,9 +3,9 @@
 // sequences and queues 4 more (16 in flight over two backends), so 160 clients that always
 // have a request open are ten times what the platform admits. Warmup is off here: its batch of 16
 // would not fit under an admission limit of 8 and the backends would never turn ready.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Harness, startHarness } from '../src/harness.js';
+import { describe, expect, it } from 'vitest';
 import { type Outcome, send } from './support/client.js';
+import { useHarness } from './support/harness.js';
 import { harnessModel } from './support/models.js';
 import { expectAllAlive, expectNoLeakedBlocks } from './support/platform-checks.js';
 import { slowGenerate } from './support/slow-client.js';
@@ -14,16 +14,8 @@ import { sseTerminal } from './support/sse.js';
 const model = harnessModel();
 
 const CAPACITY = 16;
-let harness: Harness;
-
-beforeAll(async () => {
-  harness = await startHarness({
-    backendEnv: { STRATA_MAX_NUM_SEQS: '4', STRATA_MAX_QUEUED: '4' },
-  });
-}, 180_000);
-
-afterAll(async () => {
-  await harness?.stop();
+const harness = useHarness({
+  backendEnv: { STRATA_MAX_NUM_SEQS: '4', STRATA_MAX_QUEUED: '4' },
 });
 
 describe.skipIf(!model.path)(`overload at 10x capacity${model.skipped}`, () => {
@@ -34,7 +26,7 @@ describe.skipIf(!model.path)(`overload at 10x capacity${model.skipped}`, () => {
     await Promise.all(
       Array.from({ length: clients }, async (_, c) => {
         for (let i = 0; Date.now() < until; i++) {
-          const o = await send(harness.entryUrl, harness.apiKey, {
+          const o = await send(harness().entryUrl, harness().apiKey, {
             endpoint: i % 3 === 2 ? 'completions' : 'generate',
             stream: i % 2 === 0,
             body: { max_tokens: 64, ignore_eos: true },
@@ -61,19 +53,19 @@ describe.skipIf(!model.path)(`overload at 10x capacity${model.skipped}`, () => {
       `overload: ${outcomes.length} requests in 30 s from ${clients} clients: ${accepted.length} served, ${shed.length} shed with 429\n`,
     );
 
-    await expectNoLeakedBlocks(harness);
+    await expectNoLeakedBlocks(harness());
     const after = [];
     for (let i = 0; i < 10; i++)
-      after.push(await send(harness.entryUrl, harness.apiKey, { stream: i % 2 === 0 }));
+      after.push(await send(harness().entryUrl, harness().apiKey, { stream: i % 2 === 0 }));
     expect(after.map((o) => [o.status, o.terminal])).toEqual(after.map(() => [200, 'done']));
-    await expectAllAlive(harness);
+    await expectAllAlive(harness());
   }, 180_000);
 });
 
 describe.skipIf(!model.path)(`slow clients${model.skipped}`, () => {
   it('get complete streams one byte at a time while others are served', async () => {
     const slow = Array.from({ length: 6 }, () =>
-      slowGenerate(harness.entryUrl, harness.apiKey, {
+      slowGenerate(harness().entryUrl, harness().apiKey, {
         prompt: 'Once upon a time',
         max_tokens: 300,
         ignore_eos: true,
@@ -82,14 +74,14 @@ describe.skipIf(!model.path)(`slow clients${model.skipped}`, () => {
     );
     // One at a time: with six slow streams held, the admission limit leaves room for these.
     const fast = [];
-    for (let i = 0; i < 10; i++) fast.push(await send(harness.entryUrl, harness.apiKey));
+    for (let i = 0; i < 10; i++) fast.push(await send(harness().entryUrl, harness().apiKey));
     expect(fast.map((o) => [o.status, o.terminal])).toEqual(fast.map(() => [200, 'done']));
     const results = await Promise.all(slow);
     for (const r of results) {
       expect(r.status).toBe(200);
       expect(sseTerminal(r.body)).toEqual({ terminal: 'done', tokens: 300 });
     }
-    await expectNoLeakedBlocks(harness);
-    await expectAllAlive(harness);
+    await expectNoLeakedBlocks(harness());
+    await expectAllAlive(harness());
   }, 180_000);
 });

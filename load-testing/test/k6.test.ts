@@ -5,33 +5,41 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Harness, startHarness } from '../src/harness.js';
-import { runK6 } from '../src/k6.js';
+import { type K6RunOptions, runK6 } from '../src/k6.js';
 import { processMemory } from '../src/platform-health.js';
 import { waitUntil } from '../src/ports.js';
+import { useHarness } from './support/harness.js';
 import { harnessModel } from './support/models.js';
 import { expectAllAlive, expectNoLeakedBlocks } from './support/platform-checks.js';
 
 const model = harnessModel();
 
-let harness: Harness;
+const harness = useHarness({ prometheus: true });
 // Made in beforeAll, so a run that skips every test (no model) leaves no temp dir behind.
 let out: string;
 
-beforeAll(async () => {
+beforeAll(() => {
   out = mkdtempSync(join(tmpdir(), 'strata-k6-test-'));
-  harness = await startHarness({ prometheus: true });
-}, 180_000);
+});
 
-afterAll(async () => {
-  await harness?.stop();
+afterAll(() => {
   rmSync(out, { recursive: true, force: true });
 });
+
+/** Runs a k6 suite against the harness's entry, its summary written to out/<scenario>.json. */
+const runScenario = (scenario: K6RunOptions['scenario'], env?: Record<string, string>) =>
+  runK6({
+    scenario,
+    target: harness().entryUrl,
+    apiKey: harness().apiKey,
+    summaryJson: join(out, `${scenario}.json`),
+    env,
+  });
 
 async function promQuery(
   query: string,
 ): Promise<{ metric: Record<string, string>; value: [number, string] }[]> {
-  const url = `${harness.prometheus?.url}/api/v1/query?query=${encodeURIComponent(query)}`;
+  const url = `${harness().prometheus?.url}/api/v1/query?query=${encodeURIComponent(query)}`;
   const body = (await (await fetch(url)).json()) as {
     data: { result: { metric: Record<string, string>; value: [number, string] }[] };
   };
@@ -40,7 +48,7 @@ async function promQuery(
 
 describe.skipIf(!model.path)(`k6 against the local platform${model.skipped}`, () => {
   it('goes through the edge', () => {
-    expect(harness.entry).toBe('edge');
+    expect(harness().entry).toBe('edge');
   });
 
   it('has Prometheus scraping every service', async () => {
@@ -62,26 +70,13 @@ describe.skipIf(!model.path)(`k6 against the local platform${model.skipped}`, ()
   });
 
   it('smoke: every endpoint, streaming and not, succeeds', async () => {
-    const summaryJson = join(out, 'smoke.json');
-    const { code, summary } = await runK6({
-      scenario: 'smoke',
-      target: harness.entryUrl,
-      apiKey: harness.apiKey,
-      summaryJson,
-    });
+    const { code, summary } = await runScenario('smoke');
     expect(code).toBe(0);
     expect(summary).toMatchObject({ requests: 18, error_rate: 0, incomplete: 0, rate_limited_rate: 0 });
   }, 120_000);
 
   it('steady: a constant arrival rate holds its thresholds', async () => {
-    const summaryJson = join(out, 'steady.json');
-    const { code, summary } = await runK6({
-      scenario: 'steady',
-      target: harness.entryUrl,
-      apiKey: harness.apiKey,
-      summaryJson,
-      env: { STRATA_RATE: '8', STRATA_DURATION: '20s' },
-    });
+    const { code, summary } = await runScenario('steady', { STRATA_RATE: '8', STRATA_DURATION: '20s' });
     expect(code).toBe(0);
     expect(summary).toMatchObject({ error_rate: 0, incomplete: 0 });
     expect(summary?.requests).toBeGreaterThanOrEqual(150);
@@ -95,10 +90,10 @@ describe.skipIf(!model.path)(`k6 against the local platform${model.skipped}`, ()
       30_000,
       500,
     );
-    await expectNoLeakedBlocks(harness);
-    await expectAllAlive(harness);
+    await expectNoLeakedBlocks(harness());
+    await expectAllAlive(harness());
     // The soak's leak report reads every service's resident memory.
-    const memory = processMemory(harness);
+    const memory = processMemory(harness());
     expect(Object.keys(memory).sort()).toEqual([
       'backend-1',
       'backend-2',

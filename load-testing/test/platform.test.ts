@@ -17,6 +17,14 @@ const served = platformModel();
 // Its name as the backend gives it.
 const model = basename(served.path ?? 'none').replace(/\.gguf$/, '');
 
+/** POST /v1/generate with a JSON `body` to one of the services `up` started. */
+const generate = (service: string, body: Record<string, unknown>, headers: Record<string, string> = {}) =>
+  fetch(`${urls.get(service)}/v1/generate`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
+
 beforeAll(async () => {
   launcher = spawn(process.execPath, [cli, 'up', '--ephemeral', '--quiet'], {
     stdio: ['ignore', 'pipe', 'inherit'],
@@ -76,13 +84,7 @@ describe('local platform', () => {
       let routed = 0;
       for (let i = 0; i < 600 && routed !== 200; i++) {
         if (i > 0) await new Promise((r) => setTimeout(r, 100));
-        routed = (
-          await fetch(`${urls.get('router-service')}/v1/generate`, {
-            method: 'POST',
-            headers: { 'content-type': 'application/json' },
-            body: JSON.stringify({ prompt: 'Hello', max_tokens: 1 }),
-          })
-        ).status;
+        routed = (await generate('router-service', { prompt: 'Hello', max_tokens: 1 })).status;
       }
       expect(routed).toBe(200);
     },
@@ -92,11 +94,7 @@ describe('local platform', () => {
   it.skipIf(!served.path)(
     `serves the whole path: edge -> router -> backend, and the sidecar watches that backend${served.skipped}`,
     async () => {
-      const res = await fetch(`${urls.get('edge-gateway')}/v1/generate`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 4 }),
-      });
+      const res = await generate('edge-gateway', { prompt: 'Once upon a time', max_tokens: 4 });
       expect(res.status).toBe(200);
       expect(res.headers.get('x-strata-backend')).toBe('local');
       expect(await res.json()).toMatchObject({ model, usage: { output_tokens: 4 } });
@@ -113,11 +111,11 @@ describe('local platform', () => {
   it.skipIf(!served.path)(
     `routes generation through the router to the backend${served.skipped}`,
     async () => {
-      const res = await fetch(`${urls.get('router-service')}/v1/generate`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', 'x-session-id': 'platform-test' },
-        body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 8 }),
-      });
+      const res = await generate(
+        'router-service',
+        { prompt: 'Once upon a time', max_tokens: 8 },
+        { 'x-session-id': 'platform-test' },
+      );
       expect(res.status).toBe(200);
       expect([res.headers.get('x-strata-backend'), res.headers.get('x-strata-route')]).toEqual([
         'local',
@@ -130,11 +128,7 @@ describe('local platform', () => {
   it.skipIf(!served.path)(
     `serves generation from the backend on the default model${served.skipped}`,
     async () => {
-      const res = await fetch(`${urls.get('inference-backend')}/v1/generate`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 8 }),
-      });
+      const res = await generate('inference-backend', { prompt: 'Once upon a time', max_tokens: 8 });
       expect(res.status).toBe(200);
       expect(await res.json()).toMatchObject({
         model,

@@ -10,6 +10,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
@@ -136,4 +137,41 @@ export async function measureHop(o) {
   };
   writeFileSync(join(dir, o.out), `${JSON.stringify(report, null, 2)}\n`);
   console.log(`wrote docs/benchmarks/${o.out}`);
+}
+
+/**
+ * Starts the service under test as its package builds it, from the package's dist/ (app.js,
+ * config.js, wiring.js) next to the calling bench/hop.mjs: the config read from `env`, a logger
+ * that serializes every line to a discarded stream, real metrics, listening on port 0.
+ * @param {object} o
+ * @param {string} o.benchUrl  import.meta.url of the calling bench/hop.mjs
+ * @param {any} o.common       the calling package's @strata/common
+ * @param {string} o.service   the service name, e.g. 'router-service'
+ * @param {Record<string,string>} o.env
+ * @param {(wiring: any, config: any, logger: any, metrics: any) => Promise<{parts: any, close: () => Promise<void>}>} o.wire
+ *   the service's parts (buildApp's second argument) and how to close them
+ * @returns {Promise<{url: string, close: () => Promise<void>}>}
+ */
+export async function startHopService(o) {
+  const pkg = resolve(dirname(fileURLToPath(o.benchUrl)), '..');
+  const { buildApp } = await import(join(pkg, 'dist/app.js'));
+  const { configSchema, configEnv } = await import(join(pkg, 'dist/config.js'));
+  const wiring = await import(join(pkg, 'dist/wiring.js'));
+  const { common } = o;
+  const config = common.loadConfig({ schema: configSchema, envMap: configEnv, env: o.env });
+  const logger = common.createLogger({
+    service: o.service,
+    destination: new Writable({ write: (_c, _e, done) => done() }),
+  });
+  const metrics = common.createMetrics(o.service);
+  const wired = await o.wire(wiring, config, logger, metrics);
+  const app = buildApp({ config, logger, metrics, readiness: new common.Readiness() }, wired.parts);
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  return {
+    url: `http://127.0.0.1:${app.server.address().port}`,
+    close: async () => {
+      await app.close();
+      await wired.close();
+    },
+  };
 }

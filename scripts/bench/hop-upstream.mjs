@@ -1,20 +1,11 @@
 // Minimal streaming upstream for the hop benchmarks (hop-lib.mjs): answers like a backend as cheaply as possible
 // (health, load, and a 4-event SSE stream per request). Prints its URL, then serves.
 import { createServer } from 'node:http';
+// The same idle report the services' tests stand in with (build @strata/common first).
+import { idleLoadReport } from '../../services/common/dist/testing/load.js';
 
 // The router polls /load; a fresh timestamp each time keeps the report from going stale.
-const load = () =>
-  JSON.stringify({
-    model: 'bench',
-    ready: true,
-    running: 0,
-    waiting: 0,
-    live_requests: 0,
-    kv_usage: 0,
-    kv_blocks_free: 1000,
-    kv_blocks_total: 1000,
-    timestamp_ms: Date.now(),
-  });
+const load = () => JSON.stringify({ ...idleLoadReport('bench'), timestamp_ms: Date.now() });
 const events = [
   '{"type":"token","token":" a","id":1,"index":0}',
   '{"type":"token","token":" b","id":2,"index":1}',

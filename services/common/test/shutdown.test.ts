@@ -6,7 +6,7 @@ import { createLogger } from '../src/logger.js';
 import { createMetrics } from '../src/metrics.js';
 import { Readiness } from '../src/readiness.js';
 import { createServiceApp } from '../src/service.js';
-import { createShutdown } from '../src/shutdown.js';
+import { createShutdown, type ShutdownOptions } from '../src/shutdown.js';
 
 const silent = () =>
   createLogger({
@@ -62,7 +62,10 @@ async function slowServer() {
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const { port } = app.server.address() as AddressInfo;
-  return { app, logger, readiness, port, inside, release: () => release() };
+  /** createShutdown for this server: a 10 s drain unless `options` say otherwise. */
+  const shutdown = (options: Partial<Pick<ShutdownOptions, 'drainTimeoutMs' | 'cleanup'>> = {}) =>
+    createShutdown({ app, readiness, logger, drainTimeoutMs: 10_000, ...options });
+  return { app, logger, readiness, port, inside, release: () => release(), shutdown };
 }
 
 describe('graceful shutdown', () => {
@@ -71,11 +74,7 @@ describe('graceful shutdown', () => {
     const inFlight = get(s.port, '/slow');
     await s.inside;
     let cleaned = false;
-    const shutdown = createShutdown({
-      app: s.app,
-      readiness: s.readiness,
-      logger: s.logger,
-      drainTimeoutMs: 10_000,
+    const shutdown = s.shutdown({
       cleanup: async () => {
         cleaned = true;
       },
@@ -98,12 +97,7 @@ describe('graceful shutdown', () => {
     const inFlight = get(s.port, '/slow');
     await s.inside;
     const started = Date.now();
-    const outcome = await createShutdown({
-      app: s.app,
-      readiness: s.readiness,
-      logger: s.logger,
-      drainTimeoutMs: 300,
-    })('SIGTERM');
+    const outcome = await s.shutdown({ drainTimeoutMs: 300 })('SIGTERM');
     const elapsed = Date.now() - started;
     expect(outcome).toBe('deadline');
     expect(elapsed).toBeGreaterThanOrEqual(290);
@@ -121,12 +115,7 @@ describe('graceful shutdown', () => {
     const clientClosed = new Promise<void>((resolve) => silentClient.once('close', () => resolve()));
     const inFlight = get(s.port, '/slow');
     await s.inside;
-    const done = createShutdown({
-      app: s.app,
-      readiness: s.readiness,
-      logger: s.logger,
-      drainTimeoutMs: 10_000,
-    })('SIGTERM');
+    const done = s.shutdown()('SIGTERM');
     await clientClosed; // cut after the grace period
     s.release(); // the request in flight is not cut: it finishes
     await expect(inFlight).resolves.toEqual({ status: 200, body: '{"done":true}' });
@@ -139,12 +128,7 @@ describe('graceful shutdown', () => {
     const agent = new Agent({ keepAlive: true, keepAliveMsecs: 60_000 });
     const inFlight = get(s.port, '/slow', agent);
     await s.inside;
-    const done = createShutdown({
-      app: s.app,
-      readiness: s.readiness,
-      logger: s.logger,
-      drainTimeoutMs: 10_000,
-    })('SIGTERM');
+    const done = s.shutdown()('SIGTERM');
     await new Promise((r) => setTimeout(r, 200));
     const released = performance.now();
     s.release();

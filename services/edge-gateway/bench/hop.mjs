@@ -9,17 +9,10 @@
 import { createHash } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { Writable } from 'node:stream';
-import { fileURLToPath } from 'node:url';
-import { hopArgs, measureHop } from '../../../scripts/bench/hop-lib.mjs';
-
-const pkg = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+import { join } from 'node:path';
+import { hopArgs, measureHop, startHopService } from '../../../scripts/bench/hop-lib.mjs';
 
 const common = await import('@strata/common');
-const { buildApp } = await import(join(pkg, 'dist/app.js'));
-const { configSchema, configEnv } = await import(join(pkg, 'dist/config.js'));
-const { buildEdgeParts } = await import(join(pkg, 'dist/wiring.js'));
 const KEY = 'sk-bench';
 
 async function startEdge(upstreamUrl) {
@@ -29,26 +22,13 @@ async function startEdge(upstreamUrl) {
     tenants,
     `tenants:\n  - {name: bench, keys: ["sha256:${hash}"], requests_per_minute: 100000000}\n`,
   );
-  const config = common.loadConfig({
-    schema: configSchema,
-    envMap: configEnv,
-    env: { STRATA_ROUTER_URL: upstreamUrl, STRATA_EDGE_TENANTS_FILE: tenants },
-  });
-  const logger = common.createLogger({
+  return startHopService({
+    benchUrl: import.meta.url,
+    common,
     service: 'edge-gateway',
-    destination: new Writable({ write: (_c, _e, done) => done() }),
+    env: { STRATA_ROUTER_URL: upstreamUrl, STRATA_EDGE_TENANTS_FILE: tenants },
+    wire: ({ buildEdgeParts }, config, logger, metrics) => buildEdgeParts(config, logger, metrics.registry),
   });
-  const metrics = common.createMetrics('edge-gateway');
-  const wiring = await buildEdgeParts(config, logger, metrics.registry);
-  const app = buildApp({ config, logger, metrics, readiness: new common.Readiness() }, wiring.parts);
-  await app.listen({ host: '127.0.0.1', port: 0 });
-  return {
-    url: `http://127.0.0.1:${app.server.address().port}`,
-    close: async () => {
-      await app.close();
-      await wiring.close();
-    },
-  };
 }
 
 await measureHop({

@@ -9,13 +9,10 @@
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { pkg, repo } from './paths.mjs';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const pkg = resolve(here, '..');
-const repo = resolve(pkg, '../..');
 const { values } = parseArgs({
   options: {
     model: { type: 'string' },
@@ -127,7 +124,7 @@ function huggingFace() {
     decode: { batches, prompt: decodePrompt, new_tokens: newTokens },
     prefill: { prompts: Array.from({ length: prefillCount }, (_, r) => prefillPrompt(r)) },
   };
-  const result = spawnSync(python, [join(here, 'hf_cpu.py')], {
+  const result = spawnSync(python, [join(pkg, 'bench', 'hf_cpu.py')], {
     input: JSON.stringify(job),
     encoding: 'utf8',
   });

@@ -16,16 +16,14 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
-import { basename, dirname, join, resolve } from 'node:path';
+import { basename, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { defaultGguf, pkg, repo } from './paths.mjs';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const pkg = resolve(here, '..');
-const repo = resolve(pkg, '../..');
 const { values } = parseArgs({
   options: {
-    model: { type: 'string', default: join(repo, '.toolchain', 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf') },
+    model: { type: 'string', default: defaultGguf },
     'llama-bench': {
       type: 'string',
       default: join(repo, '.toolchain', 'llama-cpp', 'build', 'bin', 'llama-batched-bench'),

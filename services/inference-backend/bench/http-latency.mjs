@@ -18,11 +18,12 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { connect, createServer } from 'node:net';
 import { availableParallelism, cpus } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
+import { pkg, repo } from './paths.mjs';
 import { buildSseClient, runSseClient } from './sse-client.mjs';
 import { storyPrompt } from './story-prompts.mjs';
 
@@ -180,9 +181,6 @@ function runClient(kind, binary, options) {
 }
 
 async function main() {
-  const here = dirname(fileURLToPath(import.meta.url));
-  const pkg = resolve(here, '..');
-  const repo = resolve(pkg, '../..');
   const { values } = parseArgs({
     options: {
       model: { type: 'string' },

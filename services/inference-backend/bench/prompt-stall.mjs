@@ -68,27 +68,19 @@ for (;;) {
 const POLLER = `
 const { parentPort, workerData } = require('node:worker_threads');
 let stop = false;
-let last = performance.now();
-let maxGap = 0;
-let answers = 0;
 parentPort.once('message', () => { stop = true; });
 (async () => {
-  while (!stop) {
-    const res = await fetch(workerData.url);
-    await res.arrayBuffer();
-    const now = performance.now();
-    maxGap = Math.max(maxGap, now - last);
-    last = now;
-    answers++;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  parentPort.postMessage({ maxGapMs: Math.round(maxGap), answers });
+  const { probeGaps } = await import(workerData.probeGapsUrl);
+  parentPort.postMessage(await probeGaps(workerData.url, () => stop));
 })();
 `;
 
 /** Polls `probe` every 10 ms until stopped; then resolves the longest time between two answers. */
 function poll(probe) {
-  const worker = new Worker(POLLER, { eval: true, workerData: { url: `${url}${probe}` } });
+  const worker = new Worker(POLLER, {
+    eval: true,
+    workerData: { url: `${url}${probe}`, probeGapsUrl: new URL('./probe-gaps.mjs', import.meta.url).href },
+  });
   return () =>
     new Promise((resolve) => {
       worker.once('message', (result) => {

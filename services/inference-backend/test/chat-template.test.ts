@@ -3,7 +3,7 @@ import { type ChatMessage, ChatTemplate } from '../src/model/chat-template.js';
 import { ModelError } from '../src/model/errors.js';
 import { loadModelFiles } from '../src/model/model-files.js';
 import { modelPath, optionalModel } from './support/models.js';
-import { copyTinystories, editJson, TempDirs } from './support/temp-model.js';
+import { copyTinystories, mergeJson, TempDirs } from './support/temp-model.js';
 import { thrown } from './support/thrown.js';
 
 const tiny = optionalModel('tinystories-656k');
@@ -81,11 +81,10 @@ describe.skipIf(!tiny.path)(`ChatTemplate.fromModelFiles${tiny.skipped}`, () => 
 
   it("uses the model's template with the model's BOS and EOS strings", async () => {
     const dir = await copyTinystories(dirs);
-    await editJson(dir, 'tokenizer_config.json', (j) => ({
-      ...j,
+    await mergeJson(dir, 'tokenizer_config.json', {
       chat_template:
         "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}{{ eos_token }}{% endfor %}",
-    }));
+    });
     const template = ChatTemplate.fromModelFiles(await loadModelFiles(dir));
     expect(template.render([{ role: 'user', content: 'Tell a story' }])).toBe(
       '<|start_story|>user: Tell a story<|end_story|>',

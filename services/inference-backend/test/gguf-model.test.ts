@@ -18,8 +18,8 @@ import {
   type TensorSpec,
 } from './support/gguf-writer.js';
 import { optionalModel } from './support/models.js';
-import { copyTinystories, TempDirs } from './support/temp-model.js';
-import { thrown } from './support/thrown.js';
+import { copyTinystories, TempDirs, TINYSTORIES_FILES } from './support/temp-model.js';
+import { rejected, thrown } from './support/thrown.js';
 
 const dirs = new TempDirs();
 afterAll(() => dirs.removeAll());
@@ -77,14 +77,8 @@ async function ggufFile(kvs: Kv[], name = 'small-test.Q8_0.gguf'): Promise<strin
   return file;
 }
 
-async function modelError(promise: Promise<unknown>): Promise<ModelError> {
-  const err = await promise.then(
-    () => null,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(ModelError);
-  return err as ModelError;
-}
+/** The ModelError `promise` rejects with (fails the test if it resolves or throws something else). */
+const modelError = (promise: Promise<unknown>) => rejected(promise, ModelError);
 
 describe('loadModelFiles on a hand-built GGUF file', () => {
   it('reads the model, special tokens, flags, template and quantization from the metadata', async () => {
@@ -360,21 +354,9 @@ describe.skipIf(!tinyGguf.path)(`loadModelFiles on tinystories-656k-f32.gguf${ti
       format: 'gguf',
       path: file,
       dir: path.dirname(file),
-      architectures: ['LlamaForCausalLM'],
-      modelType: 'llama',
-      vocabSize: 2048,
-      bosToken: '<|start_story|>',
-      bosTokenId: 1,
-      eosToken: '<|end_story|>',
-      eosTokenIds: [2],
-      addBosToken: true,
-      addEosToken: false,
-      specialTokenIds: [0, 1, 2],
+      ...TINYSTORIES_FILES,
       // No <0xNN> pieces in this vocabulary.
       byteFallback: false,
-      chatTemplate: null,
-      chatTemplateOrigin: null,
-      maxModelLen: 512,
       displayName: 'tinystories-656k',
       quantization: 'F32',
       tensorTypes: { F32: 20 },

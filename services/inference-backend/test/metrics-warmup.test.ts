@@ -5,32 +5,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { json } from './support/backend.js';
 import { optionalModel } from './support/models.js';
 import {
+  MODEL_LABELS,
   type ObservedBackend,
-  parseMetrics,
-  type Sample,
+  REQUEST_SERIES,
   sample,
   startObservedBackend,
 } from './support/observed-backend.js';
 
 const tiny = optionalModel('tinystories-656k');
-const MODEL = { model_name: 'tinystories-656k' };
-const REQUEST_SERIES = [
-  'vllm:prompt_tokens_total',
-  'vllm:generation_tokens_total',
-  'vllm:prefix_cache_queries_total',
-  'vllm:prefix_cache_hits_total',
-  'vllm:time_to_first_token_seconds_count',
-  'vllm:inter_token_latency_seconds_count',
-  'vllm:e2e_request_latency_seconds_count',
-  'vllm:request_queue_time_seconds_count',
-  'vllm:request_prefill_time_seconds_count',
-  'vllm:request_decode_time_seconds_count',
-  'vllm:iteration_tokens_total_count',
-];
 
 let backend: ObservedBackend;
-const scrape = async (): Promise<Sample[]> =>
-  parseMetrics(await (await fetch(`${backend.url}/metrics`)).text());
 
 describe.skipIf(!tiny.path)(`metrics after the start-up warmup${tiny.skipped}`, () => {
   beforeAll(async () => {
@@ -49,18 +33,20 @@ describe.skipIf(!tiny.path)(`metrics after the start-up warmup${tiny.skipped}`, 
     const engine = backend.host.loaded?.engine.stats();
     expect(engine?.prefixCacheQueries).toBeGreaterThan(0);
 
-    const samples = await scrape();
-    for (const name of REQUEST_SERIES) expect(sample(samples, name, MODEL), name).toBe(0);
+    const samples = await backend.scrape();
+    for (const name of REQUEST_SERIES) expect(sample(samples, name, MODEL_LABELS), name).toBe(0);
     for (const reason of ['stop', 'length', 'abort', 'error']) {
-      expect(sample(samples, 'vllm:request_success_total', { ...MODEL, finished_reason: reason })).toBe(0);
+      expect(
+        sample(samples, 'vllm:request_success_total', { ...MODEL_LABELS, finished_reason: reason }),
+      ).toBe(0);
     }
-    expect(sample(samples, 'strata_backend_warmup_requests_total', MODEL)).toBe(done?.warmup.requests);
+    expect(sample(samples, 'strata_backend_warmup_requests_total', MODEL_LABELS)).toBe(done?.warmup.requests);
     // Every warmup request generates 8 tokens (ignore_eos).
-    expect(sample(samples, 'strata_backend_warmup_tokens_total', { ...MODEL, kind: 'generation' })).toBe(
-      8 * (done?.warmup.requests ?? 0),
-    );
     expect(
-      sample(samples, 'strata_backend_warmup_tokens_total', { ...MODEL, kind: 'prompt' }),
+      sample(samples, 'strata_backend_warmup_tokens_total', { ...MODEL_LABELS, kind: 'generation' }),
+    ).toBe(8 * (done?.warmup.requests ?? 0));
+    expect(
+      sample(samples, 'strata_backend_warmup_tokens_total', { ...MODEL_LABELS, kind: 'prompt' }),
     ).toBeGreaterThan(0);
     // One line sums the warmup up; its requests have no 'request finished' line at info level.
     expect(backend.logs.filter((l) => l.msg === 'request finished')).toEqual([]);
@@ -76,13 +62,15 @@ describe.skipIf(!tiny.path)(`metrics after the start-up warmup${tiny.skipped}`, 
     expect(res.status).toBe(200);
     const { usage } = await json(res);
     const after = backend.host.loaded?.engine.stats();
-    const samples = await scrape();
-    expect(sample(samples, 'vllm:prompt_tokens_total', MODEL)).toBe(usage.input_tokens);
-    expect(sample(samples, 'vllm:generation_tokens_total', MODEL)).toBe(5);
-    expect(sample(samples, 'vllm:request_success_total', { ...MODEL, finished_reason: 'length' })).toBe(1);
-    expect(sample(samples, 'vllm:e2e_request_latency_seconds_count', MODEL)).toBe(1);
-    expect(sample(samples, 'vllm:iteration_tokens_total_count', MODEL)).toBe(5);
-    expect(sample(samples, 'vllm:prefix_cache_queries_total', MODEL)).toBe(
+    const samples = await backend.scrape();
+    expect(sample(samples, 'vllm:prompt_tokens_total', MODEL_LABELS)).toBe(usage.input_tokens);
+    expect(sample(samples, 'vllm:generation_tokens_total', MODEL_LABELS)).toBe(5);
+    expect(
+      sample(samples, 'vllm:request_success_total', { ...MODEL_LABELS, finished_reason: 'length' }),
+    ).toBe(1);
+    expect(sample(samples, 'vllm:e2e_request_latency_seconds_count', MODEL_LABELS)).toBe(1);
+    expect(sample(samples, 'vllm:iteration_tokens_total_count', MODEL_LABELS)).toBe(5);
+    expect(sample(samples, 'vllm:prefix_cache_queries_total', MODEL_LABELS)).toBe(
       (after?.prefixCacheQueries ?? 0) - (before?.prefixCacheQueries ?? 0),
     );
     expect(backend.logs.filter((l) => l.msg === 'request finished')).toHaveLength(1);

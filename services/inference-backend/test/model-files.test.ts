@@ -4,7 +4,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { ModelError } from '../src/model/errors.js';
 import { loadModelFiles } from '../src/model/model-files.js';
 import { modelPath, optionalModel } from './support/models.js';
-import { copyTinystories, editJson, TempDirs } from './support/temp-model.js';
+import { copyTinystories, editJson, mergeJson, TempDirs, TINYSTORIES_FILES } from './support/temp-model.js';
+import { rejected } from './support/thrown.js';
 
 const tiny = optionalModel('tinystories-656k');
 
@@ -12,14 +13,7 @@ const dirs = new TempDirs();
 afterAll(() => dirs.removeAll());
 
 /** The ModelError `promise` rejects with (fails the test if it resolves or throws something else). */
-async function modelError(promise: Promise<unknown>): Promise<ModelError> {
-  const err = await promise.then(
-    () => null,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(ModelError);
-  return err as ModelError;
-}
+const modelError = (promise: Promise<unknown>) => rejected(promise, ModelError);
 
 describe.skipIf(!tiny.path)(`loadModelFiles on tinystories-656k${tiny.skipped}`, () => {
   it('reads ids, flags and limits from the real files', async () => {
@@ -30,21 +24,9 @@ describe.skipIf(!tiny.path)(`loadModelFiles on tinystories-656k${tiny.skipped}`,
       path: path.resolve(dir),
       dir: path.resolve(dir),
       tokenizer: { kind: 'file', path: path.join(path.resolve(dir), 'tokenizer.json') },
-      architectures: ['LlamaForCausalLM'],
-      modelType: 'llama',
-      vocabSize: 2048,
-      bosToken: '<|start_story|>',
-      bosTokenId: 1,
-      eosToken: '<|end_story|>',
-      eosTokenIds: [2],
-      addBosToken: true,
-      addEosToken: false,
-      specialTokenIds: [0, 1, 2],
+      ...TINYSTORIES_FILES,
       byteFallback: true,
-      chatTemplate: null,
-      chatTemplateOrigin: null,
       // max_position_embeddings 512; tokenizer_config's model_max_length is the 1e30 "unset" value.
-      maxModelLen: 512,
       displayName: null,
       // config.json torch_dtype.
       quantization: 'float32',
@@ -56,15 +38,15 @@ describe.skipIf(!tiny.path)(`loadModelFiles on tinystories-656k${tiny.skipped}`,
 describe.skipIf(!tiny.path)(`loadModelFiles on edited copies${tiny.skipped}`, () => {
   it('takes eos ids from generation_config first, as a list, then adds the tokenizer eos', async () => {
     const dir = await copyTinystories(dirs);
-    await editJson(dir, 'generation_config.json', (j) => ({ ...j, eos_token_id: [5, 7] }));
+    await mergeJson(dir, 'generation_config.json', { eos_token_id: [5, 7] });
     expect((await loadModelFiles(dir)).eosTokenIds).toEqual([5, 7, 2]);
   });
 
   it('falls back to config.json eos when generation_config.json is absent', async () => {
     const dir = await copyTinystories(dirs);
     await rm(path.join(dir, 'generation_config.json'));
-    await editJson(dir, 'config.json', (j) => ({ ...j, eos_token_id: 9 }));
-    await editJson(dir, 'tokenizer_config.json', (j) => ({ ...j, eos_token: null }));
+    await mergeJson(dir, 'config.json', { eos_token_id: 9 });
+    await mergeJson(dir, 'tokenizer_config.json', { eos_token: null });
     const files = await loadModelFiles(dir);
     expect(files.eosTokenIds).toEqual([9]);
     expect(files.eosToken).toBe(null);
@@ -72,10 +54,9 @@ describe.skipIf(!tiny.path)(`loadModelFiles on edited copies${tiny.skipped}`, ()
 
   it('accepts special tokens written as AddedToken objects', async () => {
     const dir = await copyTinystories(dirs);
-    await editJson(dir, 'tokenizer_config.json', (j) => ({
-      ...j,
+    await mergeJson(dir, 'tokenizer_config.json', {
       bos_token: { content: '<|end_story|>', lstrip: false, normalized: true },
-    }));
+    });
     const files = await loadModelFiles(dir);
     expect(files.bosToken).toBe('<|end_story|>');
     expect(files.bosTokenId).toBe(2);
@@ -83,11 +64,7 @@ describe.skipIf(!tiny.path)(`loadModelFiles on edited copies${tiny.skipped}`, ()
 
   it('uses add_bos_token / add_eos_token when tokenizer_config.json sets them', async () => {
     const dir = await copyTinystories(dirs);
-    await editJson(dir, 'tokenizer_config.json', (j) => ({
-      ...j,
-      add_bos_token: false,
-      add_eos_token: true,
-    }));
+    await mergeJson(dir, 'tokenizer_config.json', { add_bos_token: false, add_eos_token: true });
     const files = await loadModelFiles(dir);
     expect([files.addBosToken, files.addEosToken]).toEqual([false, true]);
   });
@@ -96,7 +73,7 @@ describe.skipIf(!tiny.path)(`loadModelFiles on edited copies${tiny.skipped}`, ()
     const dir = await copyTinystories(dirs);
     await editJson(dir, 'tokenizer_config.json', ({ add_bos_token: _a, add_eos_token: _e, ...rest }) => rest);
     expect((await loadModelFiles(dir)).addBosToken).toBe(true);
-    await editJson(dir, 'tokenizer.json', (j) => ({ ...j, post_processor: null }));
+    await mergeJson(dir, 'tokenizer.json', { post_processor: null });
     expect((await loadModelFiles(dir)).addBosToken).toBe(false);
   });
 
@@ -116,15 +93,14 @@ describe.skipIf(!tiny.path)(`loadModelFiles on edited copies${tiny.skipped}`, ()
     const fromFile = await loadModelFiles(dir);
     expect(fromFile.chatTemplate).toBe('{{ "from file" }}');
     expect(fromFile.chatTemplateOrigin).toBe(path.join(dir, 'chat_template.jinja'));
-    await editJson(dir, 'tokenizer_config.json', (j) => ({
-      ...j,
+    await mergeJson(dir, 'tokenizer_config.json', {
       chat_template: [
         { name: 'tool_use', template: 'tools' },
         { name: 'default', template: 'plain' },
       ],
-    }));
+    });
     expect((await loadModelFiles(dir)).chatTemplate).toBe('plain');
-    await editJson(dir, 'tokenizer_config.json', (j) => ({ ...j, chat_template: 'inline' }));
+    await mergeJson(dir, 'tokenizer_config.json', { chat_template: 'inline' });
     const inline = await loadModelFiles(dir);
     expect(inline.chatTemplate).toBe('inline');
     expect(inline.chatTemplateOrigin).toBe(`${path.join(dir, 'tokenizer_config.json')} chat_template`);
@@ -132,7 +108,7 @@ describe.skipIf(!tiny.path)(`loadModelFiles on edited copies${tiny.skipped}`, ()
 
   it('limits the context by a plausible tokenizer model_max_length', async () => {
     const dir = await copyTinystories(dirs);
-    await editJson(dir, 'tokenizer_config.json', (j) => ({ ...j, model_max_length: 256 }));
+    await mergeJson(dir, 'tokenizer_config.json', { model_max_length: 256 });
     expect((await loadModelFiles(dir)).maxModelLen).toBe(256);
   });
 });
@@ -160,7 +136,7 @@ describe('loadModelFiles errors', () => {
 
   it.skipIf(!tiny.path)(`names the file and field of a value of the wrong type${tiny.skipped}`, async () => {
     const dir = await copyTinystories(dirs);
-    await editJson(dir, 'config.json', (j) => ({ ...j, vocab_size: 'big' }));
+    await mergeJson(dir, 'config.json', { vocab_size: 'big' });
     const err = await modelError(loadModelFiles(dir));
     expect([err.code, err.file, err.field]).toEqual([
       'STRATA_MODEL_FILES',
@@ -172,7 +148,7 @@ describe('loadModelFiles errors', () => {
 
   it.skipIf(!tiny.path)(`names a nested field (an eos id in a list)${tiny.skipped}`, async () => {
     const dir = await copyTinystories(dirs);
-    await editJson(dir, 'generation_config.json', (j) => ({ ...j, eos_token_id: [2, -1] }));
+    await mergeJson(dir, 'generation_config.json', { eos_token_id: [2, -1] });
     const err = await modelError(loadModelFiles(dir));
     expect(err.field).toBe('eos_token_id.1');
     expect(err.file).toBe(path.join(dir, 'generation_config.json'));
@@ -182,7 +158,7 @@ describe('loadModelFiles errors', () => {
     `rejects a special token that tokenizer.json does not contain${tiny.skipped}`,
     async () => {
       const dir = await copyTinystories(dirs);
-      await editJson(dir, 'tokenizer_config.json', (j) => ({ ...j, bos_token: '<s>' }));
+      await mergeJson(dir, 'tokenizer_config.json', { bos_token: '<s>' });
       const err = await modelError(loadModelFiles(dir));
       expect(err.field).toBe('bos_token');
       expect(err.message).toBe(
@@ -193,9 +169,9 @@ describe('loadModelFiles errors', () => {
 
   it.skipIf(!tiny.path)(`rejects add_bos_token without any BOS token${tiny.skipped}`, async () => {
     const dir = await copyTinystories(dirs);
-    await editJson(dir, 'tokenizer_config.json', (j) => ({ ...j, bos_token: null }));
-    await editJson(dir, 'config.json', (j) => ({ ...j, bos_token_id: null }));
-    await editJson(dir, 'generation_config.json', (j) => ({ ...j, bos_token_id: null }));
+    await mergeJson(dir, 'tokenizer_config.json', { bos_token: null });
+    await mergeJson(dir, 'config.json', { bos_token_id: null });
+    await mergeJson(dir, 'generation_config.json', { bos_token_id: null });
     const err = await modelError(loadModelFiles(dir));
     expect(err.field).toBe('add_bos_token');
     expect(err.message).toMatch(/"add_bos_token" is true but no BOS token is defined$/);

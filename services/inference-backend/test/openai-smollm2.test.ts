@@ -26,6 +26,13 @@ const golden = JSON.parse(
 // A chat answer llama.cpp ended itself, at <|im_end|> (not in output_ids/output_text).
 const ended = golden.cases.find((c) => c.kind === 'chat' && c.stopped_at_eog) as GoldenCase;
 const answer = ended.output_text;
+// Its request, greedy as llama.cpp's run was, with room to end by itself.
+const request = {
+  model: 'SmolLM2-135M-Instruct.Q4_1',
+  messages: ended.messages ?? [],
+  temperature: 0,
+  max_tokens: 100,
+};
 
 describe.skipIf(!smol.path)(`OpenAI API on SmolLM2-135M-Instruct${smol.skipped}`, () => {
   let backend: TestBackend;
@@ -52,12 +59,7 @@ describe.skipIf(!smol.path)(`OpenAI API on SmolLM2-135M-Instruct${smol.skipped}`
   });
 
   it('answers a chat completion as llama.cpp does and stops at the end of the turn', async () => {
-    const r = await client.chat.completions.create({
-      model: 'SmolLM2-135M-Instruct.Q4_1',
-      messages: ended.messages ?? [],
-      temperature: 0,
-      max_tokens: 100,
-    });
+    const r = await client.chat.completions.create(request);
     expect(r.choices[0]?.message.content).toBe(answer);
     expect(r.choices[0]?.finish_reason).toBe('stop');
     // The end-of-turn token counts as a completion token, as in vLLM.
@@ -68,13 +70,7 @@ describe.skipIf(!smol.path)(`OpenAI API on SmolLM2-135M-Instruct${smol.skipped}`
   }, 60_000);
 
   it('streams the same answer', async () => {
-    const stream = await client.chat.completions.create({
-      model: 'SmolLM2-135M-Instruct.Q4_1',
-      messages: ended.messages ?? [],
-      temperature: 0,
-      max_tokens: 100,
-      stream: true,
-    });
+    const stream = await client.chat.completions.create({ ...request, stream: true });
     let text = '';
     let finish: string | null | undefined;
     for await (const chunk of stream) {

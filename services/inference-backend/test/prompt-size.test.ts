@@ -23,28 +23,15 @@ interface Sent {
   probes: Record<string, { answers: number; maxGapMs: number }>;
 }
 
+const PROBE_GAPS = new URL('../bench/probe-gaps.mjs', import.meta.url).href;
 // Runs in a worker thread: POSTs one body while polling each probe path every 10 ms.
 const CLIENT = `
 const { parentPort, workerData } = require('node:worker_threads');
-const { url, path, body, probes } = workerData;
+const { url, path, body, probes, probeGapsUrl } = workerData;
 let done = false;
-const poll = async (probe) => {
-  let last = performance.now();
-  let maxGapMs = 0;
-  let answers = 0;
-  while (!done) {
-    const res = await fetch(url + probe);
-    await res.arrayBuffer();
-    const now = performance.now();
-    maxGapMs = Math.max(maxGapMs, now - last);
-    last = now;
-    answers++;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  return [probe, { answers, maxGapMs: Math.round(maxGapMs) }];
-};
 (async () => {
-  const polls = probes.map(poll);
+  const { probeGaps } = await import(probeGapsUrl);
+  const polls = probes.map(async (probe) => [probe, await probeGaps(url + probe, () => done)]);
   if (probes.length > 0) await new Promise((r) => setTimeout(r, 50));
   const started = performance.now();
   const res = await fetch(url + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
@@ -69,7 +56,7 @@ async function send(
   const cpu = process.threadCpuUsage();
   const worker = new Worker(CLIENT, {
     eval: true,
-    workerData: { url: backend.url, path, body: json, probes },
+    workerData: { url: backend.url, path, body: json, probes, probeGapsUrl: PROBE_GAPS },
   });
   try {
     const sent = await new Promise<Sent>((resolve, reject) => {

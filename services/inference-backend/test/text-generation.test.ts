@@ -7,7 +7,7 @@ import { Engine } from '../src/engine/engine.js';
 import { type TextEvent, TextGenerator } from '../src/engine/text-generation.js';
 import { Tokenizer } from '../src/model/tokenizer.js';
 import { modelPath, optionalModel } from './support/models.js';
-import { copyTinystories, editJson, TempDirs } from './support/temp-model.js';
+import { copyTinystories, mergeJson, TempDirs } from './support/temp-model.js';
 
 const tiny = optionalModel('tinystories-656k');
 
@@ -121,7 +121,7 @@ describe.skipIf(!tiny.path)(`end-of-generation ids beyond the engine's own${tiny
       path.join(dir, 'model.safetensors'),
     );
     const piece = generator.tokenizer.piece(end);
-    await editJson(dir, 'tokenizer_config.json', (j) => ({ ...j, eos_token: piece }));
+    await mergeJson(dir, 'tokenizer_config.json', { eos_token: piece });
     withEnd = new TextGenerator(
       await Engine.load({ modelDir: dir, numBlocks: 256 }),
       await Tokenizer.load(dir),

@@ -6,13 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadModelFiles } from '../src/model/model-files.js';
 import { byteLevelAlphabet, tokenByteBound } from '../src/model/token-bytes.js';
 import { Tokenizer } from '../src/model/tokenizer.js';
-import { modelPath, optionalModel, smollm2Gguf } from './support/models.js';
-import { convertedLlama2Tokenizer, TempDirs } from './support/temp-model.js';
-
-const tiny = optionalModel('tinystories-656k');
-const tinyGguf = optionalModel('tinystories-656k-gguf');
-const llama2 = optionalModel('llama2-tokenizer');
-const smollm2 = smollm2Gguf();
+import { TempDirs, tokenizerModels } from './support/temp-model.js';
 
 const dirs = new TempDirs();
 afterAll(() => dirs.removeAll());
@@ -162,12 +156,16 @@ function randomText(rand: () => number, specials: readonly string[], longPieces:
   return text;
 }
 
-describe.each([
-  ['tinystories-656k', tiny, () => modelPath('tinystories-656k'), 98],
-  ['tinystories-656k GGUF', tinyGguf, () => modelPath('tinystories-656k-gguf'), 98],
-  ['SmolLM2 GGUF', smollm2, () => smollm2.path as string, 81],
-  ['Llama 2 (converted)', llama2, () => convertedLlama2Tokenizer(dirs), 48],
-] as const)('the byte bound of %s', (name, model, dir, expectedL) => {
+// L of each tokenizer: the longest token's bytes.
+const BYTES_PER_TOKEN: Record<string, number> = {
+  'tinystories-656k': 98,
+  'tinystories-656k GGUF': 98,
+  'SmolLM2 GGUF': 81,
+  'Llama 2 (converted)': 48,
+};
+
+describe.each(tokenizerModels(dirs))('the byte bound of $name', ({ name, model, dir }) => {
+  const expectedL = BYTES_PER_TOKEN[name];
   let tok: Tokenizer;
   let longPieces: string[];
   beforeAll(async () => {

@@ -4,13 +4,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EncoderWorker } from '../src/model/encoder-worker.js';
 import { loadModelFiles, type ModelFiles } from '../src/model/model-files.js';
 import { Tokenizer } from '../src/model/tokenizer.js';
-import { modelPath, optionalModel, smollm2Gguf } from './support/models.js';
-import { convertedLlama2Tokenizer, TempDirs } from './support/temp-model.js';
+import { modelPath, optionalModel } from './support/models.js';
+import { TempDirs, tokenizerModels } from './support/temp-model.js';
 
 const tiny = optionalModel('tinystories-656k');
-const tinyGguf = optionalModel('tinystories-656k-gguf');
-const llama2 = optionalModel('llama2-tokenizer');
-const smollm2 = smollm2Gguf();
 
 const dirs = new TempDirs();
 afterAll(() => dirs.removeAll());
@@ -31,17 +28,12 @@ const TEXTS = [
   'word '.repeat(2000),
 ];
 
-describe.each([
-  ['tinystories-656k', tiny, () => loadModelFiles(modelPath('tinystories-656k'))],
-  ['tinystories-656k GGUF', tinyGguf, () => loadModelFiles(modelPath('tinystories-656k-gguf'))],
-  ['SmolLM2 GGUF', smollm2, () => loadModelFiles(smollm2.path as string)],
-  ['Llama 2 (converted)', llama2, async () => loadModelFiles(await convertedLlama2Tokenizer(dirs))],
-] as const)('encoding worker on %s', (name, model, files) => {
+describe.each(tokenizerModels(dirs))('encoding worker on $name', ({ name, model, dir }) => {
   let inThread: Tokenizer;
   let inWorker: Tokenizer;
   beforeAll(async () => {
     if (!model.path) return;
-    const f: ModelFiles = await files();
+    const f: ModelFiles = await loadModelFiles(await dir());
     inThread = await Tokenizer.open(f, { worker: false });
     inWorker = await Tokenizer.open(f);
   });

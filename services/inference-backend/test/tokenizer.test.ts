@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ModelError } from '../src/model/errors.js';
 import { Tokenizer } from '../src/model/tokenizer.js';
 import { modelPath, optionalModel } from './support/models.js';
-import { convertedLlama2Tokenizer, copyTinystories, editJson, TempDirs } from './support/temp-model.js';
+import { convertedLlama2Tokenizer, copyTinystories, mergeJson, TempDirs } from './support/temp-model.js';
 
 const tiny = optionalModel('tinystories-656k');
 const llama2Tokenizer = optionalModel('llama2-tokenizer');
@@ -66,18 +66,14 @@ describe.skipIf(!tiny.path)(`Tokenizer on tinystories-656k${tiny.skipped}`, () =
 describe.skipIf(!tiny.path)(`Tokenizer BOS/EOS per the configs${tiny.skipped}`, () => {
   it('follows add_bos_token: false and add_eos_token: true in tokenizer_config.json', async () => {
     const dir = await copyTinystories(dirs);
-    await editJson(dir, 'tokenizer_config.json', (j) => ({
-      ...j,
-      add_bos_token: false,
-      add_eos_token: true,
-    }));
+    await mergeJson(dir, 'tokenizer_config.json', { add_bos_token: false, add_eos_token: true });
     const tok = await Tokenizer.load(dir);
     expect(await tok.encode(STORY)).toEqual([...STORY_IDS, 2]);
   });
 
   it('fails with STRATA_MODEL_FILES when tokenizer.json is not a tokenizer', async () => {
     const dir = await copyTinystories(dirs);
-    await editJson(dir, 'tokenizer.json', (j) => ({ ...j, model: { type: 'NoSuchModel' } }));
+    await mergeJson(dir, 'tokenizer.json', { model: { type: 'NoSuchModel' } });
     const err = await Tokenizer.load(dir).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ModelError);
     expect((err as ModelError).code).toBe('STRATA_MODEL_FILES');

@@ -16,15 +16,13 @@ import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import { defaultGguf, pkg, repo } from '../bench/paths.mjs';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const pkg = resolve(here, '..');
-const repo = resolve(pkg, '../..');
 const { values } = parseArgs({
   options: {
-    model: { type: 'string', default: join(repo, '.toolchain', 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf') },
+    model: { type: 'string', default: defaultGguf },
     tokens: { type: 'string', default: '48' },
   },
 });

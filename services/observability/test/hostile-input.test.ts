@@ -3,18 +3,16 @@
 // before it answers 404 or 405, so the guards run there too. The real process for the timeouts.
 import { createLogger, createMetrics, loadConfig, Readiness } from '@strata/common';
 import {
-  fuzzBodies,
-  hostileBodies,
+  fuzzGuards,
   type ServiceProcess,
+  SLOW_CLIENT_TIMEOUT_ENV,
   serviceEntry,
+  slowClientProblems,
   startServiceProcess,
-  trickle,
 } from '@strata/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { configEnv, configSchema } from '../src/config.js';
-
-const SLACK_MS = 400;
 
 describe('observability: hostile input', () => {
   it('fuzz: no 5xx on POST /status or an unknown path, each guard answers its own code', async () => {
@@ -31,25 +29,13 @@ describe('observability: hostile input', () => {
     try {
       const base = { prompt: 'Once upon a time', max_tokens: 4 };
       for (const url of ['/status', '/nowhere']) {
-        const cases = hostileBodies({
-          base,
-          textPath: ['prompt'],
-          maxJsonDepth: 128,
-          bodyLimit: 1024 * 1024,
-        });
-        const report = await fuzzBodies(Buffer.from(JSON.stringify(base)), cases, async (body) => {
-          const res = await app.inject({
-            method: 'POST',
-            url,
-            headers: { 'content-type': 'application/json' },
-            payload: body,
-          });
+        const limits = { base, textPath: ['prompt'], maxJsonDepth: 128, bodyLimit: 1024 * 1024 };
+        const report = await fuzzGuards(`observability POST ${url}`, limits, async (body) => {
+          const headers = { 'content-type': 'application/json' };
+          const res = await app.inject({ method: 'POST', url, headers, payload: body });
           return { status: res.statusCode, body: res.body };
         });
-        console.log(`observability POST ${url}: ${report.cases} cases`, report.answers);
-        expect(report.failures).toEqual([]);
-        expect(report.answers['400 STRATA_BODY_TOO_DEEP']).toBeGreaterThan(20);
-        expect(report.answers['400 STRATA_INVALID_ENCODING']).toBeGreaterThan(20);
+        expect(report.problems).toEqual([]);
       }
       expect((await app.inject('/health/live')).statusCode).toBe(200);
     } finally {
@@ -66,8 +52,7 @@ describe('observability: hostile input', () => {
         {
           env: {
             STRATA_BACKEND_URL: 'http://127.0.0.1:9',
-            STRATA_HTTP_HEADERS_TIMEOUT_MS: '300',
-            STRATA_HTTP_REQUEST_TIMEOUT_MS: '600',
+            ...SLOW_CLIENT_TIMEOUT_ENV,
           },
         },
       );
@@ -77,23 +62,12 @@ describe('observability: hostile input', () => {
     });
 
     it('closes a connection whose headers or body arrive a byte at a time (408)', async () => {
-      const port = Number(new URL(sidecar.url).port);
-      const headers = await trickle(port, 'GET /status HTTP/1.1\r\nHost: x\r\n', {
-        intervalMs: 50,
-        giveUpMs: 5000,
+      const problems = await slowClientProblems({
+        target: sidecar.url,
+        slowHeaders: 'GET /status HTTP/1.1\r\nHost: x\r\n',
+        slowBody: { requestLine: 'POST /status HTTP/1.1', body: '{"prompt":"Once upon a time"}' },
       });
-      expect(headers.closedAfterMs).toBeGreaterThanOrEqual(300 - 20);
-      expect(headers.closedAfterMs).toBeLessThan(300 + SLACK_MS);
-      expect(headers.received).toMatch(/^HTTP\/1\.1 408 /);
-      const body = '{"prompt":"Once upon a time"}';
-      const slow = await trickle(port, body, {
-        prefix: `POST /status HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`,
-        intervalMs: 50,
-        giveUpMs: 5000,
-      });
-      expect(slow.closedAfterMs).toBeGreaterThanOrEqual(600 - 20);
-      expect(slow.closedAfterMs).toBeLessThan(600 + SLACK_MS);
-      expect(slow.received).toContain('"code":"STRATA_REQUEST_TIMEOUT"');
+      expect(problems).toEqual([]);
       expect(sidecar.child.exitCode).toBeNull();
     });
   });

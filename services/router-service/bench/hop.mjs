@@ -7,17 +7,10 @@
 // Targets: <= 1 ms p50 and <= 5 ms p99 added at 1,000 requests/s.
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { Writable } from 'node:stream';
-import { fileURLToPath } from 'node:url';
-import { hopArgs, measureHop } from '../../../scripts/bench/hop-lib.mjs';
-
-const pkg = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+import { join } from 'node:path';
+import { hopArgs, measureHop, startHopService } from '../../../scripts/bench/hop-lib.mjs';
 
 const common = await import('@strata/common');
-const { buildApp } = await import(join(pkg, 'dist/app.js'));
-const { configSchema, configEnv } = await import(join(pkg, 'dist/config.js'));
-const { buildRouterParts } = await import(join(pkg, 'dist/wiring.js'));
 
 async function startRouter(upstreamUrl) {
   const routes = join(mkdtempSync(join(tmpdir(), 'strata-hop-')), 'routes.yaml');
@@ -25,30 +18,20 @@ async function startRouter(upstreamUrl) {
     routes,
     `pools:\n  p: { backends: [{ name: up, url: "${upstreamUrl}" }] }\ndefault: { pool: p }\n`,
   );
-  const config = common.loadConfig({
-    schema: configSchema,
-    envMap: configEnv,
-    env: { STRATA_ROUTES_FILE: routes },
-  });
-  const logger = common.createLogger({
+  return startHopService({
+    benchUrl: import.meta.url,
+    common,
     service: 'router-service',
-    destination: new Writable({ write: (_c, _e, done) => done() }),
-  });
-  const metrics = common.createMetrics('router-service');
-  const parts = await buildRouterParts(config, logger, metrics.registry);
-  for (let i = 0; i < 50 && !parts.deps.tracker.snapshot().every((b) => b.ready); i++) {
-    await parts.deps.tracker.refresh();
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  const app = buildApp({ config, logger, metrics, readiness: new common.Readiness() }, parts.deps);
-  await app.listen({ host: '127.0.0.1', port: 0 });
-  return {
-    url: `http://127.0.0.1:${app.server.address().port}`,
-    close: async () => {
-      await app.close();
-      await parts.close();
+    env: { STRATA_ROUTES_FILE: routes },
+    wire: async ({ buildRouterParts }, config, logger, metrics) => {
+      const parts = await buildRouterParts(config, logger, metrics.registry);
+      for (let i = 0; i < 50 && !parts.deps.tracker.snapshot().every((b) => b.ready); i++) {
+        await parts.deps.tracker.refresh();
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      return { parts: parts.deps, close: () => parts.close() };
     },
-  };
+  });
 }
 
 await measureHop({

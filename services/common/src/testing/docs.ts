@@ -109,3 +109,44 @@ export function operationIdProblems(document: unknown): string[] {
   if (ops.length === 0) problems.push('the document has no operations');
   return problems;
 }
+
+/**
+ * The inference operations the edge, the router and the backend all serve, in operationTable's
+ * form and their order: the OpenAI ones as OpenAI names them, for client generators.
+ */
+export const INFERENCE_OPERATIONS: readonly string[] = [
+  'POST /v1/generate generate',
+  'POST /v1/completions createCompletion',
+  'POST /v1/chat/completions createChatCompletion',
+  'GET /v1/models listModels',
+];
+
+/** Every operation of an OpenAPI document as 'METHOD /path operationId', in document order. */
+export function operationTable(document: unknown): string[] {
+  return operationsOf(document).map((op) => `${op.method.toUpperCase()} ${op.path} ${op.operationId}`);
+}
+
+/**
+ * What keeps loaded docs from being a service's Swagger UI served from `base` (the URL the
+ * service's /docs and /openapi.json stand under) as a browser needs it: the page titled `title`,
+ * relative links only (so that it works under a path prefix), at least five assets all
+ * served, the bundle as JavaScript, and the spec read from `base`/openapi.json. [] when fine.
+ */
+export function swaggerUiProblems(docs: LoadedDocs, base: string, title: string): string[] {
+  const problems: string[] = [];
+  if (docs.status !== 200) problems.push(`/docs answered ${docs.status}`);
+  if (!/^text\/html/.test(docs.contentType ?? '')) problems.push(`/docs is ${docs.contentType}, not HTML`);
+  if (!docs.html.includes(`<title>${title}</title>`)) problems.push(`the page is not titled "${title}"`);
+  for (const link of docs.links) if (!link.startsWith('./')) problems.push(`link ${link} is not relative`);
+  if (docs.assets.length < 5) problems.push(`${docs.assets.length} assets, fewer than 5`);
+  for (const asset of docs.assets) {
+    if (asset.status !== 200) problems.push(`${asset.url} answered ${asset.status}`);
+  }
+  const bundleUrl = `${base}/docs/static/swagger-ui-bundle.js`;
+  const bundle = docs.assets.find((a) => a.url === bundleUrl);
+  if (!/^application\/javascript/.test(bundle?.contentType ?? '')) {
+    problems.push(`${bundleUrl} is ${bundle ? bundle.contentType : 'not linked'}, not JavaScript`);
+  }
+  if (docs.documentUrl !== `${base}/openapi.json`) problems.push(`the UI reads ${docs.documentUrl}`);
+  return problems;
+}

@@ -1,8 +1,10 @@
 // Hostile request bodies for the guards of the service base (request-guards.ts), built around a
 // body the service under test accepts, so that each case differs from an accepted request only
 // in what it tests. Every service fuzzes its own endpoints with them: none may answer 5xx.
+import type { ServerResponse } from 'node:http';
 import { connect } from 'node:net';
 import type { ErrorCode } from '../errors.js';
+import { invalidUtf8Offset, jsonDepthExceededAt, loneSurrogateAt } from '../request-guards.js';
 import { randomInt, seededRandom } from './random.js';
 
 export interface HostileBody {
@@ -395,4 +397,146 @@ export async function trickle(
   clearInterval(writer);
   socket.destroy();
   return { received, closedAfterMs, bytesSent: sent };
+}
+
+/** POSTs `body` as JSON to `url` (with `headers` besides the content type) and reads the answer. */
+export async function postBody(
+  url: string,
+  body: Buffer | string,
+  headers: Record<string, string> = {},
+): Promise<Answer> {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body,
+  });
+  return { status: res.status, body: await res.text() };
+}
+
+/**
+ * Fuzzes one endpoint: the hostile bodies around `options.base`, each sent by `send` after the
+ * base body itself, logged under `label`. `problems` holds the report's failures and a line for
+ * each guard that answered `minimumPerGuard` cases or fewer: [] when the guards did their work.
+ */
+export async function fuzzGuards(
+  label: string,
+  options: HostileBodyOptions,
+  send: (body: Buffer) => Promise<Answer>,
+  minimumPerGuard = 20,
+): Promise<FuzzReport & { problems: string[] }> {
+  const report = await fuzzBodies(Buffer.from(JSON.stringify(options.base)), hostileBodies(options), send);
+  console.log(`${label}: ${report.cases} cases`, report.answers);
+  const problems = [...report.failures];
+  for (const code of GUARD_CODES) {
+    const count = report.answers[`400 ${code}`] ?? 0;
+    if (count <= minimumPerGuard)
+      problems.push(`400 ${code} answered ${count} times, not more than ${minimumPerGuard}`);
+  }
+  return { ...report, problems };
+}
+
+/** What the guards should have stopped in a body that got past them; [] when nothing. */
+export function unguardedBodyProblems(body: string | Buffer, maxJsonDepth: number): string[] {
+  const bytes = Buffer.from(body);
+  const problems: string[] = [];
+  const invalidAt = invalidUtf8Offset(bytes);
+  if (invalidAt !== -1) problems.push(`invalid UTF-8 at byte ${invalidAt}`);
+  const deepAt = jsonDepthExceededAt(bytes, maxJsonDepth);
+  if (deepAt !== -1) problems.push(`nested deeper than ${maxJsonDepth} levels at byte ${deepAt}`);
+  if (invalidAt === -1 && deepAt === -1) {
+    const surrogate = loneSurrogateAt(JSON.parse(bytes.toString('utf8')));
+    if (surrogate !== undefined) problems.push(`a lone surrogate at ${surrogate}`);
+  }
+  return problems.map((p) => `${p}: ${bytes.subarray(0, 80).toString('utf8')}`);
+}
+
+/** Short HTTP timeouts for slow-client tests, so that a slow client is cut soon. */
+export const SLOW_CLIENT_TIMEOUTS = { headersTimeoutMs: 300, requestTimeoutMs: 600 };
+/** SLOW_CLIENT_TIMEOUTS as a service's environment. */
+export const SLOW_CLIENT_TIMEOUT_ENV = {
+  STRATA_HTTP_HEADERS_TIMEOUT_MS: String(SLOW_CLIENT_TIMEOUTS.headersTimeoutMs),
+  STRATA_HTTP_REQUEST_TIMEOUT_MS: String(SLOW_CLIENT_TIMEOUTS.requestTimeoutMs),
+};
+
+export interface SlowClientOptions {
+  /** The service: its port on 127.0.0.1, or its URL. */
+  target: number | string;
+  /** The service's headers and request timeouts (default SLOW_CLIENT_TIMEOUTS). */
+  headersTimeoutMs?: number;
+  requestTimeoutMs?: number;
+  /** How late after its timeout a connection may close (default 400 ms). */
+  slackMs?: number;
+  /** Request line and headers sent a byte at a time, e.g. 'GET /status HTTP/1.1\r\nHost: x\r\n'. */
+  slowHeaders?: string;
+  /** A request whose headers arrive at once and whose JSON body then trickles. */
+  slowBody?: { requestLine: string; body: string; headers?: Record<string, string> };
+}
+
+/**
+ * Slow clients, one byte every 50 ms: the one sending its headers must lose its connection with
+ * a 408 at the headers timeout, the one sending its body at the request timeout, that 408 with
+ * the catalogue's STRATA_REQUEST_TIMEOUT. What went otherwise; [] when both did.
+ */
+export async function slowClientProblems(options: SlowClientOptions): Promise<string[]> {
+  const slack = options.slackMs ?? 400;
+  const { headersTimeoutMs, requestTimeoutMs } = { ...SLOW_CLIENT_TIMEOUTS, ...options };
+  const port = typeof options.target === 'number' ? options.target : Number(new URL(options.target).port);
+  const problems: string[] = [];
+  const check = (what: string, result: TrickleResult, timeoutMs: number, code: boolean) => {
+    const after = result.closedAfterMs;
+    if (after === undefined || after < timeoutMs - 20 || after >= timeoutMs + slack) {
+      problems.push(
+        `${what}: closed after ${after} ms, not within ${timeoutMs - 20}..${timeoutMs + slack} ms`,
+      );
+    }
+    if (!/^HTTP\/1\.1 408 /.test(result.received)) {
+      problems.push(`${what}: answered ${JSON.stringify(result.received.slice(0, 80))}, not 408`);
+    }
+    if (code && !result.received.includes('"code":"STRATA_REQUEST_TIMEOUT"')) {
+      problems.push(`${what}: the answer has no STRATA_REQUEST_TIMEOUT`);
+    }
+  };
+  const pace = { intervalMs: 50, giveUpMs: 5000 };
+  if (options.slowHeaders !== undefined) {
+    const result = await trickle(port, options.slowHeaders, pace);
+    check('slow headers', result, headersTimeoutMs, false);
+  }
+  if (options.slowBody !== undefined) {
+    const { requestLine, body, headers = {} } = options.slowBody;
+    const extra = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`);
+    const prefix =
+      `${requestLine}\r\nHost: x\r\n${extra.join('')}` +
+      `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n`;
+    const result = await trickle(port, body, { ...pace, prefix });
+    check('slow body', result, requestTimeoutMs, true);
+  }
+  return problems;
+}
+
+/** Answers `res` with an SSE stream of `tokens` token events `intervalMs` apart, then `done`. */
+export function writeSlowTokenStream(
+  res: ServerResponse,
+  tokens: number,
+  done: Record<string, unknown>,
+  intervalMs = 100,
+): void {
+  res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8' });
+  let n = 0;
+  const timer = setInterval(() => {
+    res.write(`data: ${JSON.stringify({ type: 'token', token: 'a', id: 1, index: n })}\n\n`);
+    if (++n === tokens) {
+      clearInterval(timer);
+      res.end(`data: ${JSON.stringify({ type: 'done', ...done })}\n\n`);
+    }
+  }, intervalMs);
+}
+
+/** What keeps an SSE answer from being a whole stream: 200, `tokens` token events, a done event. */
+export function tokenStreamProblems(answer: Answer, tokens: number): string[] {
+  const problems: string[] = [];
+  if (answer.status !== 200) problems.push(`status ${answer.status}, not 200`);
+  const count = answer.body.match(/"type":"token"/g)?.length ?? 0;
+  if (count !== tokens) problems.push(`${count} token events, not ${tokens}`);
+  if (!answer.body.includes('"type":"done"')) problems.push('no done event');
+  return problems;
 }

@@ -17,15 +17,8 @@ import { ModelType, PieceType, type SentencePiece } from '../convert/sentencepie
 import { ModelError } from './errors.js';
 import type { GgufFile } from './gguf.js';
 
-/** llama.cpp's token types (gguf-py TokenType). */
-export const TokenType = {
-  NORMAL: 1,
-  UNKNOWN: 2,
-  CONTROL: 3,
-  USER_DEFINED: 4,
-  UNUSED: 5,
-  BYTE: 6,
-} as const;
+/** llama.cpp's token types (gguf-py TokenType): SentencePiece's piece types, value for value. */
+export const TokenType = PieceType;
 
 export interface GgufTokenizer {
   /** tokenizer.json text for Tokenizer.fromString. */
@@ -208,14 +201,7 @@ function addedTokens(tokens: readonly string[], types: readonly number[]): Recor
   return added;
 }
 
-const PIECE_TYPES: ReadonlyMap<number, SentencePiece['type']> = new Map([
-  [TokenType.NORMAL, PieceType.NORMAL],
-  [TokenType.UNKNOWN, PieceType.UNKNOWN],
-  [TokenType.CONTROL, PieceType.CONTROL],
-  [TokenType.USER_DEFINED, PieceType.USER_DEFINED],
-  [TokenType.UNUSED, PieceType.UNUSED],
-  [TokenType.BYTE, PieceType.BYTE],
-]);
+const TOKEN_TYPES: ReadonlySet<number> = new Set(Object.values(TokenType));
 
 function llamaTokenizer(gguf: GgufFile, tokens: readonly string[], types: readonly number[]): GgufTokenizer {
   const scores = gguf.numbers('tokenizer.ggml.scores');
@@ -229,11 +215,11 @@ function llamaTokenizer(gguf: GgufFile, tokens: readonly string[], types: readon
     throw gguf.error('tokenizer.ggml.scores', `has ${scores.length} entries for ${tokens.length} tokens`);
   }
   const pieces: SentencePiece[] = tokens.map((piece, id) => {
-    const type = PIECE_TYPES.get(types[id] as number);
-    if (type === undefined) {
-      throw gguf.error('tokenizer.ggml.token_type', `entry ${id} is ${types[id]}, not a token type (1..6)`);
+    const type = types[id] as number;
+    if (!TOKEN_TYPES.has(type)) {
+      throw gguf.error('tokenizer.ggml.token_type', `entry ${id} is ${type}, not a token type (1..6)`);
     }
-    return { piece, score: scores[id] as number, type };
+    return { piece, score: scores[id] as number, type: type as SentencePiece['type'] };
   });
   const unkId = gguf.uint('tokenizer.ggml.unknown_token_id') ?? types.indexOf(TokenType.UNKNOWN);
   const byteFallback = types.includes(TokenType.BYTE);

@@ -62,13 +62,17 @@ export function registerEngineMetrics(
   const labels = { model_name: modelName };
   const registers = [registry];
   const stats = () => host.loaded?.engine.stats();
+  // What every series labelled by model_name alone is made with.
+  const perModel = (name: string, help: string) => ({
+    name,
+    help,
+    labelNames: ['model_name' as Label],
+    registers,
+  });
 
   const gauge = (name: string, help: string, read: (s: NonNullable<ReturnType<typeof stats>>) => number) =>
     new Gauge<Label>({
-      name,
-      help,
-      labelNames: ['model_name'],
-      registers,
+      ...perModel(name, help),
       collect() {
         const s = stats();
         this.set(labels, s ? read(s) : 0);
@@ -88,10 +92,7 @@ export function registerEngineMetrics(
   ) => {
     let seen = 0;
     const counter = new Counter<Label>({
-      name,
-      help,
-      labelNames: ['model_name'],
-      registers,
+      ...perModel(name, help),
       collect() {
         const s = stats();
         if (!s) return;
@@ -123,7 +124,7 @@ export function registerEngineMetrics(
   );
 
   const counter = (name: string, help: string) => {
-    const c = new Counter<Label>({ name, help, labelNames: ['model_name'], registers });
+    const c = new Counter<Label>(perModel(name, help));
     c.inc(labels, 0);
     return c;
   };
@@ -138,13 +139,7 @@ export function registerEngineMetrics(
   for (const reason of VLLM_FINISHED_REASONS) success.inc({ ...labels, finished_reason: reason }, 0);
 
   const histogram = (name: string, help: string, vllm: readonly number[]) => {
-    const h = new Histogram<Label>({
-      name,
-      help,
-      labelNames: ['model_name'],
-      buckets: withFineBuckets(vllm),
-      registers,
-    });
+    const h = new Histogram<Label>({ ...perModel(name, help), buckets: withFineBuckets(vllm) });
     h.zero(labels);
     return h;
   };
@@ -181,11 +176,8 @@ export function registerEngineMetrics(
 
   // Not a time: vLLM's edges as they are (the name ends in _total, as vLLM's does).
   const iterationTokens = new Histogram<Label>({
-    name: 'vllm:iteration_tokens_total',
-    help: 'Histogram of number of tokens per engine_step.',
-    labelNames: ['model_name'],
+    ...perModel('vllm:iteration_tokens_total', 'Histogram of number of tokens per engine_step.'),
     buckets: [...VLLM_BUCKETS.iterationTokens],
-    registers,
   });
   iterationTokens.zero(labels);
 

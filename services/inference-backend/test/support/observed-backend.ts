@@ -18,6 +18,8 @@ export interface ObservedBackend {
   url: string;
   /** Every JSON log line written so far, parsed. */
   logs: Record<string, unknown>[];
+  /** GET /metrics, parsed. */
+  scrape(): Promise<Sample[]>;
   start(): Promise<void>;
   close(): Promise<void>;
 }
@@ -51,12 +53,14 @@ export async function startObservedBackend(env: Record<string, string> = {}): Pr
   await app.listen({ host: '127.0.0.1', port: 0 });
   const { port } = app.server.address() as AddressInfo;
   let started: Promise<void> | undefined;
+  const url = `http://127.0.0.1:${port}`;
   return {
     app,
     host,
     config,
-    url: `http://127.0.0.1:${port}`,
+    url,
     logs,
+    scrape: async () => parseMetrics(await (await fetch(`${url}/metrics`)).text()),
     start: () => {
       started ??= host.start();
       return started;
@@ -68,6 +72,33 @@ export async function startObservedBackend(env: Record<string, string> = {}): Pr
     },
   };
 }
+
+/** The labels of the series for the model the observed backend serves. */
+export const MODEL_LABELS = { model_name: 'tinystories-656k' };
+
+/** The vllm:* series that count client requests (the start-up warmup must leave them at 0). */
+export const REQUEST_SERIES = [
+  'vllm:prompt_tokens_total',
+  'vllm:generation_tokens_total',
+  'vllm:prefix_cache_queries_total',
+  'vllm:prefix_cache_hits_total',
+  'vllm:time_to_first_token_seconds_count',
+  'vllm:inter_token_latency_seconds_count',
+  'vllm:e2e_request_latency_seconds_count',
+  'vllm:request_queue_time_seconds_count',
+  'vllm:request_prefill_time_seconds_count',
+  'vllm:request_decode_time_seconds_count',
+  'vllm:iteration_tokens_total_count',
+];
+
+/** Every vllm:* series of the model: the engine's gauges, its preemptions and the request series. */
+export const VLLM_SERIES = [
+  'vllm:num_requests_running',
+  'vllm:num_requests_waiting',
+  'vllm:kv_cache_usage_perc',
+  'vllm:num_preemptions_total',
+  ...REQUEST_SERIES,
+];
 
 /** Prometheus text exposition as samples: name, labels, value. */
 export interface Sample {

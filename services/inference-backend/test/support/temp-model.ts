@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { buildHfTokenizer } from '../../src/convert/hf-tokenizer.js';
 import { parseSentencePieceModel } from '../../src/convert/sentencepiece-model.js';
-import { modelPath } from './models.js';
+import { modelPath, type OptionalModel, optionalModel, smollm2Gguf } from './models.js';
 
 export class TempDirs {
   readonly #dirs: string[] = [];
@@ -20,6 +20,23 @@ export class TempDirs {
     await Promise.all(this.#dirs.splice(0).map((d) => rm(d, { recursive: true, force: true })));
   }
 }
+
+/** What loadModelFiles reads from tinystories-656k, the same from its JSON files as from its GGUF. */
+export const TINYSTORIES_FILES = {
+  architectures: ['LlamaForCausalLM'],
+  modelType: 'llama',
+  vocabSize: 2048,
+  bosToken: '<|start_story|>',
+  bosTokenId: 1,
+  eosToken: '<|end_story|>',
+  eosTokenIds: [2],
+  addBosToken: true,
+  addEosToken: false,
+  specialTokenIds: [0, 1, 2],
+  chatTemplate: null,
+  chatTemplateOrigin: null,
+  maxModelLen: 512,
+};
 
 const TINYSTORIES_JSON = ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json'];
 
@@ -45,6 +62,11 @@ export async function editJson(
   await writeFile(file, JSON.stringify(edit(await readJsonFile(file))));
 }
 
+/** Sets `fields` in one JSON file of `dir`, keeping the rest. */
+export async function mergeJson(dir: string, name: string, fields: Record<string, unknown>): Promise<void> {
+  await editJson(dir, name, (json) => ({ ...json, ...fields }));
+}
+
 /** Llama 2's tokenizer.model converted to tokenizer.json (+ a config.json naming its vocab size). */
 export async function convertedLlama2Tokenizer(dirs: TempDirs): Promise<string> {
   const dir = await dirs.make('strata-llama2-tok-');
@@ -67,4 +89,35 @@ export async function convertedLlama2Tokenizer(dirs: TempDirs): Promise<string> 
     }),
   );
   return dir;
+}
+
+export interface TokenizerModel {
+  name: string;
+  /** Its path is unset when the model is missing: the tests on it skip, saying why. */
+  model: OptionalModel;
+  /** The model directory to load; the Llama 2 one is converted into a dir of `dirs` first. */
+  dir: () => Promise<string>;
+}
+
+/** The tokenizers the tokenizer tests cover: tinystories-656k as JSON and GGUF, SmolLM2, Llama 2. */
+export function tokenizerModels(dirs: TempDirs): TokenizerModel[] {
+  const smollm2 = smollm2Gguf();
+  return [
+    {
+      name: 'tinystories-656k',
+      model: optionalModel('tinystories-656k'),
+      dir: async () => modelPath('tinystories-656k'),
+    },
+    {
+      name: 'tinystories-656k GGUF',
+      model: optionalModel('tinystories-656k-gguf'),
+      dir: async () => modelPath('tinystories-656k-gguf'),
+    },
+    { name: 'SmolLM2 GGUF', model: smollm2, dir: async () => smollm2.path as string },
+    {
+      name: 'Llama 2 (converted)',
+      model: optionalModel('llama2-tokenizer'),
+      dir: () => convertedLlama2Tokenizer(dirs),
+    },
+  ];
 }

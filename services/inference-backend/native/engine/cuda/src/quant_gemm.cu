@@ -715,15 +715,6 @@ void dispatch_half(DType dtype, F&& f) {
   throw CudaError(std::string("quant_gemm: activations must be bf16 or f16, not ") + dtype_name(dtype));
 }
 
-const char* type_name(QuantType type) {
-  switch (type) {
-    case QuantType::Q4_0: return "Q4_0";
-    case QuantType::Q4_1: return "Q4_1";
-    case QuantType::Q8_0: return "Q8_0";
-  }
-  return "unknown";
-}
-
 bool use_gemv(const QuantGemmArgs& a) {
   return a.kernel == QuantKernel::kGemv || (a.kernel == QuantKernel::kAuto && a.m <= kQuantGemvMaxM);
 }
@@ -871,7 +862,7 @@ std::string quant_gemm_describe(const QuantGemmArgs& a) {
       }
     });
   });
-  return std::string(type_name(a.w.type)) + " " + dtype_name(a.dtype) + " " + text;
+  return std::string(quant_type_name(a.w.type)) + " " + dtype_name(a.dtype) + " " + text;
 }
 
 void quant_gemm(const QuantGemmArgs& a, Stream stream) {

@@ -41,15 +41,6 @@ namespace {
 
 Report report;
 
-const char* type_name(QuantType type) {
-  switch (type) {
-    case QuantType::Q4_0: return "Q4_0";
-    case QuantType::Q4_1: return "Q4_1";
-    case QuantType::Q8_0: return "Q8_0";
-  }
-  return "?";
-}
-
 uint16_t fp16_bits(float v) {
   const __half h = __float2half_rn(v);
   uint16_t bits;
@@ -249,7 +240,7 @@ void check_case(const HostQuant& hw, const DeviceQuant& dw, int32_t m, Options o
     }
   }
   const double tol_l2 = u + 4.0 * std::sqrt(additions) * std::ldexp(1.0, -24) * (r2 > 0.0 ? std::sqrt(s2 / r2) : 1.0);
-  std::string shape = std::string(type_name(hw.type)) + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+  std::string shape = std::string(quant_type_name(hw.type)) + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
                       " k=" + std::to_string(k) + (o.bias ? " +bias" : "") + (o.accumulate ? " y+=" : "") +
                       (o.x_pad || o.y_pad ? " strided" : "");
   const std::string dt = dtype_name(dtype_of<T>());
@@ -309,7 +300,7 @@ void check_graph(const HostQuant& hw, const DeviceQuant& dw, int32_t m) {
   STRATA_CK(cudaGraphDestroy(graph));
   STRATA_CK(cudaStreamDestroy(stream));
   report.add_exact("quant_gemm graph replay", dtype_name(dtype_of<T>()),
-                   std::string(type_name(hw.type)) + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                   std::string(quant_type_name(hw.type)) + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
                        " k=" + std::to_string(k) + " = eager, bit for bit",
                    same);
 }
