@@ -54,6 +54,12 @@ export const ERROR_CATALOGUE = {
   },
   STRATA_UNAUTHORIZED: { status: 401, type: 'auth', message: 'A valid API key is required.' },
   STRATA_FORBIDDEN: { status: 403, type: 'auth', message: 'This key may not perform this request.' },
+  // Router and backends: a request that did not come through the edge (identity.ts).
+  STRATA_IDENTITY_INVALID: {
+    status: 401,
+    type: 'auth',
+    message: 'The request carries no valid platform identity; send it through the edge.',
+  },
   STRATA_NOT_FOUND: { status: 404, type: 'invalid_request', message: 'No such route.' },
   STRATA_MODEL_NOT_FOUND: {
     status: 404,

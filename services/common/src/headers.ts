@@ -9,12 +9,19 @@ export const HEADERS = {
   tenant: 'x-strata-tenant',
   sessionId: 'x-session-id',
   priority: 'x-strata-priority',
+  /** The edge's signed statement of tenant, tier and granted priority (identity.ts). */
+  identity: 'x-strata-identity',
   backend: 'x-strata-backend',
   route: 'x-strata-route',
 } as const;
 
 /** Headers only the platform may set: the edge strips them from client requests. */
-export const INTERNAL_HEADERS: readonly string[] = [HEADERS.tenant, HEADERS.backend, HEADERS.route];
+export const INTERNAL_HEADERS: readonly string[] = [
+  HEADERS.tenant,
+  HEADERS.identity,
+  HEADERS.backend,
+  HEADERS.route,
+];
 
 /** Headers forwarded hop to hop (edge → router → backend). */
 export const PROPAGATED_HEADERS: readonly string[] = [
@@ -24,6 +31,7 @@ export const PROPAGATED_HEADERS: readonly string[] = [
   HEADERS.tenant,
   HEADERS.sessionId,
   HEADERS.priority,
+  HEADERS.identity,
 ];
 
 // Client-chosen request ids are kept when they are short and plain, so they can be logged safely.

@@ -2,6 +2,8 @@ export * from './config.js';
 export * from './errors.js';
 export * from './headers.js';
 export * from './http-span.js';
+export * from './identity.js';
+export * from './identity-guard.js';
 export * from './logger.js';
 export * from './metrics.js';
 export * from './openai-protocol.js';

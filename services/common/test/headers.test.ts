@@ -60,6 +60,7 @@ describe('hop-to-hop headers', () => {
   it('strips the headers only the platform may set', () => {
     const out = stripInternalHeaders({
       'x-strata-tenant': 'evil',
+      'x-strata-identity': 'v1.forged',
       'x-strata-backend': 'b',
       'x-strata-route': 'r',
       'content-type': 'application/json',
@@ -75,6 +76,7 @@ describe('hop-to-hop headers', () => {
         'x-strata-tenant': 't1',
         'x-session-id': 's1',
         'x-strata-priority': '2',
+        'x-strata-identity': 'v1.k1.e30.sig',
         authorization: 'Bearer secret',
         host: 'edge',
       }),
@@ -84,6 +86,7 @@ describe('hop-to-hop headers', () => {
       'x-strata-tenant': 't1',
       'x-session-id': 's1',
       'x-strata-priority': '2',
+      'x-strata-identity': 'v1.k1.e30.sig',
     });
   });
 });

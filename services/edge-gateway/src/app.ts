@@ -2,7 +2,13 @@
 // authenticates it to a tenant, takes its quota, and forwards it to the router; everything bad
 // is refused here with a catalogue error and never reaches the router. Knows nothing of models,
 // backends or GPUs.
-import { type BootContext, createServiceApp, registerOpenApi, toStrataError } from '@strata/common';
+import {
+  type BootContext,
+  createServiceApp,
+  type IdentityKey,
+  registerOpenApi,
+  toStrataError,
+} from '@strata/common';
 import type { FastifyError, FastifyInstance } from 'fastify';
 import { serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import type { Dispatcher } from 'undici';
@@ -16,6 +22,8 @@ export interface EdgeParts {
   router: Dispatcher;
   keys: () => readonly TenantKey[] | undefined;
   quotas: Quotas;
+  /** The key that signs forwarded identities (the first of STRATA_IDENTITY_KEYS). */
+  identityKey: IdentityKey | undefined;
 }
 
 // Failures the edge did not decide: counted as upstream errors by the proxy, not as rejections.

@@ -1,4 +1,10 @@
-import { baseServiceEnv, baseServiceSchema, configFields, type EnvMap } from '@strata/common';
+import {
+  baseServiceEnv,
+  baseServiceSchema,
+  configFields,
+  type EnvMap,
+  identityKeysField,
+} from '@strata/common';
 import { z } from 'zod';
 
 const perMinute = (fallback: number) => z.coerce.number().int().min(0).default(fallback);
@@ -12,6 +18,15 @@ export const configSchema = baseServiceSchema.extend({
    * Kubernetes; hot-reloaded). Absent: auth is off and every request is tenant "anonymous".
    */
   tenantsFile: z.string().min(1).optional(),
+  identity: z
+    .object({
+      /**
+       * HMAC keys, "id:base64secret,…": the first signs each forwarded request's identity
+       * (tenant, tier, granted priority) for the router and backends. None: nothing is signed.
+       */
+      keys: identityKeysField(),
+    })
+    .prefault({}),
   /** Largest accepted request body, in bytes (413 above it). */
   maxBodyBytes: configFields.positiveInt(1024 * 1024),
   quota: z
@@ -44,6 +59,7 @@ export const configEnv: EnvMap = {
   routerUrl: 'STRATA_ROUTER_URL',
   tenantsFile: 'STRATA_EDGE_TENANTS_FILE',
   maxBodyBytes: 'STRATA_EDGE_MAX_BODY_BYTES',
+  'identity.keys': 'STRATA_IDENTITY_KEYS',
   'quota.redisUrl': 'REDIS_URL',
   'quota.failMode': 'STRATA_EDGE_QUOTA_FAIL_MODE',
   'quota.requestsPerMinute': 'STRATA_EDGE_DEFAULT_RPM',

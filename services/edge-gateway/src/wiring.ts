@@ -71,8 +71,16 @@ export async function buildEdgeParts(
     bodyTimeout: 0, // streams idle between tokens; the backend sends heartbeats
   });
   const watcher = tenants;
+  const identityKey = config.identity.keys[0];
+  if (identityKey) {
+    logger.info({ key_id: identityKey.id }, 'forwarded requests carry a signed identity');
+  } else {
+    logger.warn(
+      'no identity keys (STRATA_IDENTITY_KEYS): requests are forwarded unsigned; routers and backends serve them as tenant "unverified"',
+    );
+  }
   return {
-    parts: { router, keys: () => watcher?.current(), quotas },
+    parts: { router, keys: () => watcher?.current(), quotas, identityKey },
     close: async () => {
       watcher?.close();
       await router.close();

@@ -1,11 +1,18 @@
 // The whole path with real processes: two edge replicas sharing a real Redis, the router, and an
 // inference backend running tinystories-656k on the CPU engine. Logs of every hop are collected
-// to follow one request through them.
+// to follow one request through them. As the chart runs them, the router and the backend refuse
+// what does not carry the edges' signed identity.
 import { createHash } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { optionalTestModel, type ServiceProcess, SpawnedRedis } from '@strata/common/testing';
+import {
+  identityHeaders,
+  optionalTestModel,
+  type ServiceProcess,
+  SpawnedRedis,
+  testIdentityKey,
+} from '@strata/common/testing';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Stack, scrape } from './support/stack.js';
@@ -18,6 +25,9 @@ const logs = stack.logs;
 let redis: SpawnedRedis;
 let edgeA: ServiceProcess;
 let edgeB: ServiceProcess;
+let router: ServiceProcess;
+let backend: ServiceProcess;
+const identityKey = testIdentityKey('e2e');
 
 beforeAll(async () => {
   redis = await SpawnedRedis.start();
@@ -29,11 +39,20 @@ beforeAll(async () => {
       `  - {name: acme, keys: ["${sha('sk-acme')}"]}`,
       `  - {name: pair, keys: ["${sha('sk-pair')}"], requests_per_minute: 4}`,
       `  - {name: meter, keys: ["${sha('sk-meter')}"], tokens_per_minute: 60}`,
+      `  - {name: vip, keys: ["${sha('sk-vip')}"], tier: premium}`,
       '',
     ].join('\n'),
   );
-  const { router } = await stack.backendAndRouter();
-  const edgeEnv = { STRATA_ROUTER_URL: router.url, REDIS_URL: redis.url, STRATA_EDGE_TENANTS_FILE: tenants };
+  ({ router, backend } = await stack.backendAndRouter({
+    STRATA_IDENTITY_KEYS: identityKey.env,
+    STRATA_IDENTITY_MODE: 'refuse',
+  }));
+  const edgeEnv = {
+    STRATA_ROUTER_URL: router.url,
+    REDIS_URL: redis.url,
+    STRATA_EDGE_TENANTS_FILE: tenants,
+    STRATA_IDENTITY_KEYS: identityKey.env,
+  };
   [edgeA, edgeB] = await Promise.all([
     stack.start('edge-a', '@strata/edge-gateway', edgeEnv),
     stack.start('edge-b', '@strata/edge-gateway', edgeEnv),
@@ -92,6 +111,58 @@ describe.skipIf(!tiny.path)(`edge -> router -> backend${tiny.skipped}`, () => {
     const usage = events.at(-1)?.usage;
     expect(forwarded).toMatchObject({ tenant: 'acme', outcome: 'forwarded', status: 200 });
     expect(forwarded?.tokens).toBe((usage?.input_tokens ?? 0) + (usage?.output_tokens ?? 0));
+  });
+
+  it('carries the signed tenant and priority to the backend; the router and backend refuse anything else', async () => {
+    const res = await fetch(`${edgeA.url}/v1/generate`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        authorization: 'Bearer sk-vip',
+        'x-request-id': 'e2e-vip',
+      },
+      body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 2, priority: 100 }),
+    });
+    expect(res.status).toBe(200);
+    await res.arrayBuffer();
+    const line = (hop: string, msg: string) =>
+      logs.get(hop)?.find((l) => l.request_id === 'e2e-vip' && l.msg === msg);
+    await expect
+      .poll(() => line('backend', 'request finished'))
+      .toMatchObject({ tenant: 'vip', priority: -1 });
+    await expect
+      .poll(() => line('router', 'route decision'))
+      .toMatchObject({
+        tenant: 'vip',
+        tier: 'premium',
+        priority: -1,
+        identity: 'verified',
+      });
+    await expect
+      .poll(() => line('edge-a', 'request forwarded'))
+      .toMatchObject({ tenant: 'vip', tier: 'premium', priority: -1 });
+
+    // Straight to the router or the backend, past the edge: no identity, or a forged one.
+    const forger = testIdentityKey('e2e');
+    for (const url of [router.url, backend.url]) {
+      for (const headers of [{ 'x-strata-tenant': 'vip' }, identityHeaders(forger, { tenant: 'vip' })]) {
+        const direct = await fetch(`${url}/v1/generate`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', ...headers },
+          body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 2 }),
+        });
+        expect(direct.status, url).toBe(401);
+        expect(((await direct.json()) as { error: { code: string } }).error.code).toBe(
+          'STRATA_IDENTITY_INVALID',
+        );
+      }
+    }
+    // The edge's own signature, sent by the test as the edge would, is what the router takes.
+    const signed = await fetch(`${router.url}/v1/models`, { headers: identityHeaders(identityKey) });
+    expect(signed.status).toBe(200);
+    await signed.arrayBuffer();
+    expect(await scrape(router.url, 'strata_router_identity_total', { result: 'bad_signature' })).toBe(1);
+    expect(await scrape(backend.url, 'strata_backend_identity_total', { result: 'missing' })).toBe(1);
   });
 
   it('works with the official openai client, streaming and not', async () => {

@@ -244,6 +244,7 @@ describe('edge rejections', () => {
         'x-strata-tenant': 'someone-else',
         'x-strata-backend': 'backend-7',
         'x-strata-route': 'vip',
+        'x-strata-identity': 'v1.k1.eyJ0ZW4iOiJhZG1pbiJ9.forged',
         'x-session-id': 'sess-1',
       },
       body: '{"prompt":"x","max_tokens":2}',
@@ -258,6 +259,9 @@ describe('edge rejections', () => {
     expect(got?.headers['x-strata-tenant']).toBe('acme');
     expect(got?.headers['x-strata-backend']).toBeUndefined();
     expect(got?.headers['x-strata-route']).toBeUndefined();
+    // No identity keys here: nothing is signed, and the client's identity never goes on.
+    expect(got?.headers['x-strata-identity']).toBeUndefined();
+    expect(got?.headers['x-strata-priority']).toBe('0');
     expect(got?.headers['x-request-id']).toBe('client-req-1');
     expect(got?.headers['x-session-id']).toBe('sess-1');
     expect(got?.headers.authorization).toBeUndefined();

@@ -1,4 +1,10 @@
-import { type BootContext, createServiceApp, Gauge, registerOpenApi } from '@strata/common';
+import {
+  type BootContext,
+  createServiceApp,
+  Gauge,
+  registerIdentityGuard,
+  registerOpenApi,
+} from '@strata/common';
 import type { FastifyInstance } from 'fastify';
 import { serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import type { Config } from './config.js';
@@ -50,14 +56,21 @@ export function buildApp(ctx: Omit<BootContext<Config>, 'telemetry'>, parts: Bac
     scope.setSerializerCompiler(serializerCompiler);
     // routes:
     await scope.register(loadRoutes, { host: parts.host, readiness: ctx.readiness, modelName });
-    await scope.register(generateRoutes, {
-      host: parts.host,
-      sseHeartbeatMs: ctx.config.limits.sseHeartbeatMs,
+    // The inference routes take tenant (the prefix-cache namespace) and priority from the
+    // edge's signed identity only; /load stays open to the routers' polls.
+    await scope.register(async (inference) => {
+      registerIdentityGuard(inference, {
+        keys: ctx.config.identity.keys,
+        mode: ctx.config.identity.mode,
+        registry: ctx.metrics.registry,
+        metricName: 'strata_backend_identity_total',
+      });
+      const options = { host: parts.host, sseHeartbeatMs: ctx.config.limits.sseHeartbeatMs };
+      await inference.register(generateRoutes, options);
+      await inference.register(completionsRoutes, options);
+      await inference.register(chatRoutes, options);
+      await inference.register(modelsRoutes, options);
     });
-    const openAi = { host: parts.host, sseHeartbeatMs: ctx.config.limits.sseHeartbeatMs };
-    await scope.register(completionsRoutes, openAi);
-    await scope.register(chatRoutes, openAi);
-    await scope.register(modelsRoutes, openAi);
   });
   return app;
 }

@@ -4,6 +4,8 @@ import {
   configFields,
   DEFAULT_MAX_TOKENS,
   type EnvMap,
+  identityConfigSchema,
+  identityEnv,
 } from '@strata/common';
 import { z } from 'zod';
 
@@ -60,6 +62,11 @@ export const configSchema = baseServiceSchema.extend({
       sseHeartbeatMs: configFields.positiveInt(15_000),
     })
     .prefault({}),
+  /**
+   * The edge's signed identity: keys to verify it with, and what to do with a request without a
+   * valid one (anonymous: tenant "unverified" at the lowest priority; refuse: 401).
+   */
+  identity: identityConfigSchema,
   /** Run representative requests before turning ready. */
   warmup: configFields.boolean(true),
 });
@@ -67,6 +74,7 @@ export type Config = z.output<typeof configSchema>;
 
 export const configEnv: EnvMap = {
   ...baseServiceEnv,
+  ...identityEnv,
   modelDir: 'STRATA_MODEL_DIR',
   servedModelName: 'STRATA_SERVED_MODEL_NAME',
   chatTemplate: 'STRATA_CHAT_TEMPLATE',

@@ -1,4 +1,5 @@
 // POST /v1/generate on a real backend (port 0, real engine, tinystories-656k).
+import { identityHeaders, testIdentityKey } from '@strata/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { json, readSse, startBackend, type TestBackend } from './support/backend.js';
 import { optionalModel } from './support/models.js';
@@ -6,8 +7,9 @@ import { optionalModel } from './support/models.js';
 const tiny = optionalModel('tinystories-656k');
 
 let backend: TestBackend;
+const identityKey = testIdentityKey();
 beforeAll(async () => {
-  backend = await startBackend({ STRATA_WARMUP: 'false' });
+  backend = await startBackend({ STRATA_WARMUP: 'false', STRATA_IDENTITY_KEYS: identityKey.env });
 });
 afterAll(() => backend.close());
 
@@ -149,14 +151,15 @@ describe.skipIf(!tiny.path)(`POST /v1/generate${tiny.skipped}`, () => {
     }
   });
 
-  it('carries the tenant into the prefix cache namespace', async () => {
+  it('carries the signed tenant into the prefix cache namespace', async () => {
     const prompt = Array.from({ length: 40 }, (_, i) => 10 + i);
     const stats = () => backend.host.get().engine.stats().prefixCacheHits;
-    await post({ prompt, max_tokens: 1 }, { 'x-strata-tenant': 'acme' });
+    const as = (tenant: string) => identityHeaders(identityKey, { tenant });
+    await post({ prompt, max_tokens: 1 }, as('acme'));
     const before = stats();
-    await post({ prompt, max_tokens: 1 }, { 'x-strata-tenant': 'globex' });
+    await post({ prompt, max_tokens: 1 }, as('globex'));
     expect(stats()).toBe(before);
-    await post({ prompt, max_tokens: 1 }, { 'x-strata-tenant': 'acme' });
+    await post({ prompt, max_tokens: 1 }, as('acme'));
     expect(stats()).toBe(before + 32);
   });
 });

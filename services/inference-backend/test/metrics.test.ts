@@ -1,37 +1,20 @@
 // Engine metrics (vllm:*), GET /load and the per-request log line, on a real backend with the
 // real engine on tinystories-656k. Warmup is off, so every request counted is one sent here.
+import { identityHeaders, testIdentityKey } from '@strata/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FINE_BUCKETS_SECONDS, VLLM_BUCKETS } from '../src/observability/engine-metrics.js';
 import { json, readSse } from './support/backend.js';
 import { optionalModel } from './support/models.js';
 import {
+  MODEL_LABELS,
   type ObservedBackend,
-  parseMetrics,
-  type Sample,
   sample,
   startObservedBackend,
+  VLLM_SERIES,
 } from './support/observed-backend.js';
 
 const tiny = optionalModel('tinystories-656k');
 
-const MODEL = { model_name: 'tinystories-656k' };
-const SERIES = [
-  'vllm:num_requests_running',
-  'vllm:num_requests_waiting',
-  'vllm:kv_cache_usage_perc',
-  'vllm:prompt_tokens_total',
-  'vllm:generation_tokens_total',
-  'vllm:num_preemptions_total',
-  'vllm:prefix_cache_queries_total',
-  'vllm:prefix_cache_hits_total',
-  'vllm:time_to_first_token_seconds_count',
-  'vllm:inter_token_latency_seconds_count',
-  'vllm:e2e_request_latency_seconds_count',
-  'vllm:request_queue_time_seconds_count',
-  'vllm:request_prefill_time_seconds_count',
-  'vllm:request_decode_time_seconds_count',
-  'vllm:iteration_tokens_total_count',
-];
 const HISTOGRAMS = {
   'vllm:time_to_first_token_seconds': VLLM_BUCKETS.timeToFirstToken,
   'vllm:inter_token_latency_seconds': VLLM_BUCKETS.interTokenLatency,
@@ -45,9 +28,8 @@ const LONG_PROMPT =
   'Once upon a time there was a little girl named Lily. She loved to play in the park with her friends every day.';
 
 let backend: ObservedBackend;
+const identityKey = testIdentityKey();
 
-const scrape = async (): Promise<Sample[]> =>
-  parseMetrics(await (await fetch(`${backend.url}/metrics`)).text());
 const load = async () => {
   const res = await fetch(`${backend.url}/load`);
   expect(res.status).toBe(200);
@@ -56,7 +38,7 @@ const load = async () => {
 
 describe.skipIf(!tiny.path)(`engine metrics, /load and request logs${tiny.skipped}`, () => {
   beforeAll(async () => {
-    backend = await startObservedBackend();
+    backend = await startObservedBackend({ STRATA_IDENTITY_KEYS: identityKey.env });
   });
   afterAll(async () => {
     await backend?.close();
@@ -76,8 +58,8 @@ describe.skipIf(!tiny.path)(`engine metrics, /load and request logs${tiny.skippe
       timestamp_ms: expect.any(Number),
     });
     expect(Math.abs(report.timestamp_ms - Date.now())).toBeLessThan(5000);
-    const samples = await scrape();
-    for (const name of SERIES) expect(sample(samples, name, MODEL), name).toBe(0);
+    const samples = await backend.scrape();
+    for (const name of VLLM_SERIES) expect(sample(samples, name, MODEL_LABELS), name).toBe(0);
   });
 
   it('counts real requests exactly, with vLLM names, labels and bucket edges', async () => {
@@ -114,8 +96,7 @@ describe.skipIf(!tiny.path)(`engine metrics, /load and request logs${tiny.skippe
       method: 'POST',
       headers: {
         'content-type': 'application/json',
-        'x-request-id': 'metrics-stream',
-        'x-strata-tenant': 't1',
+        ...identityHeaders(identityKey, { tenant: 't1', requestId: 'metrics-stream' }),
       },
       body: JSON.stringify({
         prompt: 'The dog',
@@ -143,16 +124,22 @@ describe.skipIf(!tiny.path)(`engine metrics, /load and request logs${tiny.skippe
     const prompted = usages.reduce((sum, u) => sum + u.input_tokens, 0);
     expect(generated).toBe(6 + 4 + 5 + 7);
 
-    const samples = await scrape();
-    for (const name of SERIES) {
+    const samples = await backend.scrape();
+    for (const name of VLLM_SERIES) {
       const found = samples.find((s) => s.name === name);
       expect(found?.labels.model_name, name).toBe('tinystories-656k');
     }
-    expect(sample(samples, 'vllm:generation_tokens_total', MODEL)).toBe(generated);
-    expect(sample(samples, 'vllm:prompt_tokens_total', MODEL)).toBe(prompted);
-    expect(sample(samples, 'vllm:request_success_total', { ...MODEL, finished_reason: 'length' })).toBe(n);
-    expect(sample(samples, 'vllm:request_success_total', { ...MODEL, finished_reason: 'stop' })).toBe(0);
-    expect(sample(samples, 'vllm:request_success_total', { ...MODEL, finished_reason: 'abort' })).toBe(0);
+    expect(sample(samples, 'vllm:generation_tokens_total', MODEL_LABELS)).toBe(generated);
+    expect(sample(samples, 'vllm:prompt_tokens_total', MODEL_LABELS)).toBe(prompted);
+    expect(
+      sample(samples, 'vllm:request_success_total', { ...MODEL_LABELS, finished_reason: 'length' }),
+    ).toBe(n);
+    expect(sample(samples, 'vllm:request_success_total', { ...MODEL_LABELS, finished_reason: 'stop' })).toBe(
+      0,
+    );
+    expect(sample(samples, 'vllm:request_success_total', { ...MODEL_LABELS, finished_reason: 'abort' })).toBe(
+      0,
+    );
     for (const h of [
       'vllm:time_to_first_token_seconds',
       'vllm:e2e_request_latency_seconds',
@@ -160,32 +147,34 @@ describe.skipIf(!tiny.path)(`engine metrics, /load and request logs${tiny.skippe
       'vllm:request_prefill_time_seconds',
       'vllm:request_decode_time_seconds',
     ]) {
-      expect(sample(samples, `${h}_count`, MODEL), h).toBe(n);
-      expect(sample(samples, `${h}_bucket`, { ...MODEL, le: '+Inf' }), h).toBe(n);
-      expect(sample(samples, `${h}_sum`, MODEL), h).toBeGreaterThan(0);
+      expect(sample(samples, `${h}_count`, MODEL_LABELS), h).toBe(n);
+      expect(sample(samples, `${h}_bucket`, { ...MODEL_LABELS, le: '+Inf' }), h).toBe(n);
+      expect(sample(samples, `${h}_sum`, MODEL_LABELS), h).toBeGreaterThan(0);
     }
-    expect(sample(samples, 'vllm:inter_token_latency_seconds_count', MODEL)).toBe(generated - n);
+    expect(sample(samples, 'vllm:inter_token_latency_seconds_count', MODEL_LABELS)).toBe(generated - n);
 
     // Engine totals, read at scrape time, equal the engine's own.
     const stats = backend.host.loaded?.engine.stats();
     expect(stats?.prefixCacheHits).toBeGreaterThan(0);
-    expect(sample(samples, 'vllm:prefix_cache_hits_total', MODEL)).toBe(stats?.prefixCacheHits);
-    expect(sample(samples, 'vllm:prefix_cache_queries_total', MODEL)).toBe(stats?.prefixCacheQueries);
-    expect(sample(samples, 'vllm:num_preemptions_total', MODEL)).toBe(stats?.numPreemptions);
-    expect(sample(samples, 'vllm:num_requests_running', MODEL)).toBe(0);
-    expect(sample(samples, 'vllm:num_requests_waiting', MODEL)).toBe(0);
-    expect(sample(samples, 'vllm:kv_cache_usage_perc', MODEL)).toBe(0);
+    expect(sample(samples, 'vllm:prefix_cache_hits_total', MODEL_LABELS)).toBe(stats?.prefixCacheHits);
+    expect(sample(samples, 'vllm:prefix_cache_queries_total', MODEL_LABELS)).toBe(stats?.prefixCacheQueries);
+    expect(sample(samples, 'vllm:num_preemptions_total', MODEL_LABELS)).toBe(stats?.numPreemptions);
+    expect(sample(samples, 'vllm:num_requests_running', MODEL_LABELS)).toBe(0);
+    expect(sample(samples, 'vllm:num_requests_waiting', MODEL_LABELS)).toBe(0);
+    expect(sample(samples, 'vllm:kv_cache_usage_perc', MODEL_LABELS)).toBe(0);
     expect(sample(samples, 'strata_backend_requests_rejected_total', { code: rejectedCode })).toBe(1);
 
     // Tokens per engine step. The requests ran one at a time: each is one prefill step over the
     // prompt tokens not found in the prefix cache, then one single-token step per further token.
     const hits = stats?.prefixCacheHits ?? 0;
-    expect(sample(samples, 'vllm:iteration_tokens_total_count', MODEL)).toBe(generated);
-    expect(sample(samples, 'vllm:iteration_tokens_total_sum', MODEL)).toBe(prompted - hits + generated - n);
+    expect(sample(samples, 'vllm:iteration_tokens_total_count', MODEL_LABELS)).toBe(generated);
+    expect(sample(samples, 'vllm:iteration_tokens_total_sum', MODEL_LABELS)).toBe(
+      prompted - hits + generated - n,
+    );
     // Single-token steps: every decode, plus the repeated long prompt's prefill when the cache
     // (all hits are that request's) left it one token to compute.
     const repeatPrefill = (usages[2]?.input_tokens ?? 0) - hits;
-    expect(sample(samples, 'vllm:iteration_tokens_total_bucket', { ...MODEL, le: '1' })).toBe(
+    expect(sample(samples, 'vllm:iteration_tokens_total_bucket', { ...MODEL_LABELS, le: '1' })).toBe(
       generated - n + (repeatPrefill === 1 ? 1 : 0),
     );
     const stepEdges = samples
@@ -204,9 +193,9 @@ describe.skipIf(!tiny.path)(`engine metrics, /load and request logs${tiny.skippe
     }
 
     // Counters never go down across scrapes, and a second scrape adds nothing when idle.
-    const again = await scrape();
-    expect(sample(again, 'vllm:prefix_cache_hits_total', MODEL)).toBe(stats?.prefixCacheHits);
-    expect(sample(again, 'vllm:generation_tokens_total', MODEL)).toBe(generated);
+    const again = await backend.scrape();
+    expect(sample(again, 'vllm:prefix_cache_hits_total', MODEL_LABELS)).toBe(stats?.prefixCacheHits);
+    expect(sample(again, 'vllm:generation_tokens_total', MODEL_LABELS)).toBe(generated);
 
     // One log line per finished request, with its id, tenant, tokens, timings and finish.
     const lines = backend.logs.filter((l) => l.msg === 'request finished');
@@ -227,8 +216,9 @@ describe.skipIf(!tiny.path)(`engine metrics, /load and request logs${tiny.skippe
         (line.ttft_ms as number) + 0.0015 + 1e-9,
       );
     });
+    // Signed by the edge's key: its tenant; unsigned: the tenant of unverified callers.
     expect(lines[3]?.tenant).toBe('t1');
-    expect(lines[0]?.tenant).toBeUndefined();
+    expect(lines[0]?.tenant).toBe('unverified');
 
     const after = await load();
     expect(after).toMatchObject({ ready: true, running: 0, waiting: 0, live_requests: 0, kv_usage: 0 });

@@ -1,4 +1,11 @@
-import { baseServiceEnv, baseServiceSchema, configFields, type EnvMap } from '@strata/common';
+import {
+  baseServiceEnv,
+  baseServiceSchema,
+  configFields,
+  type EnvMap,
+  identityConfigSchema,
+  identityEnv,
+} from '@strata/common';
 import { z } from 'zod';
 import { DEFAULT_LOAD_MAX_AGE_MS } from './routing/backend-state.js';
 
@@ -11,6 +18,11 @@ export const configSchema = baseServiceSchema.extend({
   /** Session affinity in Redis when set; otherwise an in-memory store (one replica only). */
   redisUrl: z.string().min(1).optional(),
   sessionTtlMs: configFields.positiveInt(30 * 60_000),
+  /**
+   * The edge's signed identity: keys to verify it with, and what to do with a request without a
+   * valid one (anonymous: tenant "unverified" at the lowest priority; refuse: 401).
+   */
+  identity: identityConfigSchema,
   /** Kubeconfig for pools with `discovery`; absent: the pod's in-cluster service account. */
   kubeconfig: z.string().min(1).optional(),
   retry: z
@@ -34,6 +46,7 @@ export type Config = z.output<typeof configSchema>;
 
 export const configEnv: EnvMap = {
   ...baseServiceEnv,
+  ...identityEnv,
   routesFile: 'STRATA_ROUTES_FILE',
   backendUrl: 'STRATA_BACKEND_URL',
   redisUrl: 'REDIS_URL',

@@ -2,7 +2,7 @@
 // pick (scorers, guard) -> forward through the ordered candidates -> one decision log line.
 // Each step lives in router/ or routing/; this file only puts them in order. Never validates
 // bodies (the edge does) and never touches GPUs.
-import type { ServiceMetrics } from '@strata/common';
+import type { IdentityConfig, ServiceMetrics } from '@strata/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { AffinityService } from './affinity/index.js';
 import type { BackendTracker } from './health/index.js';
@@ -28,6 +28,8 @@ export interface RouterDeps {
   /** Load older than this (ms) counts as unknown. */
   loadMaxAgeMs: number;
   metrics: ServiceMetrics;
+  /** Verifies the edge's signed identity on every inference request. */
+  identity: IdentityConfig;
   /** A pool's discovered backends (Kubernetes), members besides its static ones. */
   discovered?: (pool: string) => readonly string[];
 }
@@ -69,7 +71,12 @@ export function createRouter(deps: RouterDeps): Route {
         if (context.session) void deps.affinity.remember(context.session, backend);
       },
     });
-    recordDecision(request.log, metrics, { rule, session: context.session, affinity, picked }, outcome);
+    recordDecision(
+      request.log,
+      metrics,
+      { rule, session: context.session, affinity, picked, identity: context.identity },
+      outcome,
+    );
     if (outcome.error) throw outcome.error;
     return reply;
   };

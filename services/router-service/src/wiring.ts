@@ -99,6 +99,7 @@ export async function buildRouterParts(
       tracker: running,
       affinity,
       retry: config.retry,
+      identity: config.identity,
       loadMaxAgeMs: config.health.loadMaxAgeMs,
       discovered: (pool) => discovery.members(pool),
     },

@@ -4,12 +4,16 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { optionalTestModel, SpawnedRedis } from '@strata/common/testing';
+import { identityHeaders, optionalTestModel, SpawnedRedis, testIdentityKey } from '@strata/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type BackendProcess, startBackendProcess, waitReady } from './support/backend-process.js';
 import { buildTestRouter, type TestRouter } from './support/router.js';
 
 const tiny = optionalTestModel('tinystories-656k');
+// The router verifies the edge's signature; the tests sign as the edge would.
+const identityKey = testIdentityKey();
+const acme = (requestId?: string) =>
+  identityHeaders(identityKey, { tenant: 'acme', ...(requestId ? { requestId } : {}) });
 
 interface Router extends TestRouter {
   url: string;
@@ -63,7 +67,7 @@ beforeAll(async () => {
   if (failed) throw failed.reason;
   await Promise.all([waitReady(started[0]?.url ?? ''), waitReady(started[1]?.url ?? '')]);
   writeFileSync(routesFile, routes('two'));
-  router = await startRouter({ STRATA_ROUTES_FILE: routesFile });
+  router = await startRouter({ STRATA_ROUTES_FILE: routesFile, STRATA_IDENTITY_KEYS: identityKey.env });
 }, 90_000);
 
 afterAll(async () => {
@@ -81,13 +85,17 @@ const generate = (base: string, headers: Record<string, string> = {}, body: Reco
 
 describe.skipIf(!tiny.path)(`router${tiny.skipped}`, () => {
   it('routes by tenant and header as the rules say, and logs each decision', async () => {
-    const acme = await generate(router.url, { 'x-strata-tenant': 'acme', 'x-request-id': 'req-acme' });
-    expect(acme.status).toBe(200);
-    expect([acme.headers.get('x-strata-backend'), acme.headers.get('x-strata-route')]).toEqual([
+    const signed = await generate(router.url, acme('req-acme'));
+    expect(signed.status).toBe(200);
+    expect([signed.headers.get('x-strata-backend'), signed.headers.get('x-strata-route')]).toEqual([
       'b2',
       'tenant-acme',
     ]);
-    expect(((await acme.json()) as { usage: { output_tokens: number } }).usage.output_tokens).toBe(4);
+    expect(((await signed.json()) as { usage: { output_tokens: number } }).usage.output_tokens).toBe(4);
+    // Claiming the tenant without the edge's signature routes as tenant "unverified".
+    const claimed = await generate(router.url, { 'x-strata-tenant': 'acme' });
+    expect(claimed.headers.get('x-strata-route')).toBe('default');
+    await claimed.text();
     const canary = await generate(router.url, { 'x-canary': '1' });
     expect([canary.headers.get('x-strata-backend'), canary.headers.get('x-strata-route')]).toEqual([
       'b1',
@@ -137,7 +145,7 @@ describe.skipIf(!tiny.path)(`router${tiny.skipped}`, () => {
   it('keeps the last good rules when a reload is invalid, and applies a valid one', async () => {
     writeFileSync(routesFile, 'pools: [not, a, mapping');
     await new Promise((r) => setTimeout(r, 300));
-    const still = await generate(router.url, { 'x-strata-tenant': 'acme' });
+    const still = await generate(router.url, acme());
     expect(still.headers.get('x-strata-backend')).toBe('b2');
     await still.text();
     expect(router.lines.some((l) => l.msg === 'routing file rejected: keeping the last good one')).toBe(true);
@@ -145,7 +153,7 @@ describe.skipIf(!tiny.path)(`router${tiny.skipped}`, () => {
     let backend: string | null = null;
     for (let i = 0; i < 20 && backend !== 'b1'; i++) {
       await new Promise((r) => setTimeout(r, 100));
-      const res = await generate(router.url, { 'x-strata-tenant': 'acme' });
+      const res = await generate(router.url, acme());
       backend = res.headers.get('x-strata-backend');
       await res.text();
     }

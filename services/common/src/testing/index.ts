@@ -1,5 +1,6 @@
 export * from './docs.js';
 export * from './hostile-input.js';
+export * from './identity.js';
 export * from './load.js';
 export * from './otlp.js';
 export * from './process.js';

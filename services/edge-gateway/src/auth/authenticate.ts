@@ -4,12 +4,14 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { StrataError } from '@strata/common';
 import type { Tenant, TenantKey } from './tenants.js';
+import { DEFAULT_TIER_NAME, DEFAULT_TIERS } from './tiers.js';
 
 /** The tenant of every request when no tenants file is configured (local runs). */
 export const ANONYMOUS: Tenant = {
   name: 'anonymous',
   requestsPerMinute: undefined,
   tokensPerMinute: undefined,
+  tier: DEFAULT_TIERS[DEFAULT_TIER_NAME],
 };
 
 const MISSING = 'Send an API key as "Authorization: Bearer <key>".';

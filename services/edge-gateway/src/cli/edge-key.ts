@@ -2,6 +2,7 @@
 // strata-edge-key: makes API keys for the tenants file, which stores only their hashes.
 //   strata-edge-key new            a fresh random key and its "sha256:…" hash
 //   strata-edge-key hash <key>     the hash of an existing key (or the key on stdin)
+//   strata-edge-key identity [id]  a fresh STRATA_IDENTITY_KEYS entry, "id:base64secret"
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { hashKey } from '../auth/authenticate.js';
@@ -17,7 +18,16 @@ if (command === 'new') {
     process.exit(2);
   }
   process.stdout.write(`${hashKey(key)}\n`);
+} else if (command === 'identity') {
+  const id = arg ?? `k${new Date().toISOString().slice(0, 10).replaceAll('-', '')}`;
+  if (!/^[A-Za-z0-9_-]{1,32}$/.test(id)) {
+    process.stderr.write('strata-edge-key identity: the id is 1-32 of A-Z a-z 0-9 _ -\n');
+    process.exit(2);
+  }
+  process.stdout.write(`${id}:${randomBytes(32).toString('base64')}\n`);
 } else {
-  process.stderr.write('usage: strata-edge-key new | strata-edge-key hash <key>\n');
+  process.stderr.write(
+    'usage: strata-edge-key new | strata-edge-key hash <key> | strata-edge-key identity [id]\n',
+  );
   process.exit(2);
 }

@@ -15,14 +15,18 @@ import {
   generateRequestSchema,
   generateResponseSchema,
   HEADERS,
+  IDENTITY_TTL_MS,
+  type IdentityKey,
   modelListSchema,
   propagationHeaders,
+  signIdentity,
 } from '@strata/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { Dispatcher } from 'undici';
 import { authenticate } from '../auth/authenticate.js';
 import type { Tenant, TenantKey } from '../auth/tenants.js';
+import { grantPriority, priorityHeader } from '../auth/tiers.js';
 import type { EdgeMetrics } from '../metrics.js';
 import { forward, type StreamDialect } from '../proxy/forward.js';
 import { jsonUsageTap, sseUsageTap } from '../proxy/usage-tap.js';
@@ -41,6 +45,8 @@ export interface PublicRoutesOptions {
   keys: () => readonly TenantKey[] | undefined;
   quotas: Quotas;
   metrics: EdgeMetrics;
+  /** Signs each forwarded request's identity; undefined: nothing is signed. */
+  identityKey: IdentityKey | undefined;
 }
 
 const errors = {
@@ -170,24 +176,46 @@ async function relay(
   stream: { dialect: StreamDialect; dropUsageChunk: boolean } | undefined,
 ): Promise<void> {
   const endpoint = request.routeOptions.url ?? request.url;
-  // Only the propagated headers go on, and the tenant is always the edge's own: anything
-  // internal a client sent stays here.
+  const { tenant } = request;
+  // The body's priority wins over the header's, as at the backend; either is clamped to the
+  // tenant's tier, so no tenant gets ahead of a better tier by asking.
+  const bodyPriority = (upstreamBody as { priority?: unknown } | undefined)?.priority;
+  const asked =
+    typeof bodyPriority === 'number' ? bodyPriority : priorityHeader(request.headers[HEADERS.priority]);
+  const priority = grantPriority(tenant.tier, asked);
+  const body = typeof bodyPriority === 'number' ? { ...upstreamBody, priority } : upstreamBody;
+  // Only the propagated headers go on, and tenant, priority and identity are always the edge's
+  // own: anything internal a client sent stays here.
   const headers: Record<string, string> = {
     ...propagationHeaders(request.headers),
     [HEADERS.requestId]: request.id,
-    [HEADERS.tenant]: request.tenant.name,
+    [HEADERS.tenant]: tenant.name,
+    [HEADERS.priority]: String(priority),
   };
-  if (upstreamBody !== undefined) headers['content-type'] = 'application/json';
+  delete headers[HEADERS.identity];
+  if (options.identityKey) {
+    headers[HEADERS.identity] = signIdentity(
+      {
+        tenant: tenant.name,
+        tier: tenant.tier.name,
+        priority,
+        requestId: request.id,
+        expiresAtMs: Date.now() + IDENTITY_TTL_MS,
+      },
+      options.identityKey,
+    );
+  }
+  if (body !== undefined) headers['content-type'] = 'application/json';
   const tap = stream ? sseUsageTap({ dropUsageChunk: stream.dropUsageChunk }) : jsonUsageTap();
   const started = performance.now();
   try {
     const result = await forward(
       options.router,
       {
-        method: upstreamBody === undefined ? 'GET' : 'POST',
+        method: body === undefined ? 'GET' : 'POST',
         path: endpoint,
         headers,
-        ...(upstreamBody !== undefined ? { body: JSON.stringify(upstreamBody) } : {}),
+        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
         responseHeaders: request.rateLimitHeaders,
         dialect: stream?.dialect ?? 'generate',
         tap,
@@ -199,7 +227,14 @@ async function relay(
     options.metrics.requests.inc({ endpoint, outcome: result.outcome });
     const tokens = tap.tokens(); // once: a JSON answer's usage is parsed here
     request.log.info(
-      { tenant: request.tenant.name, outcome: result.outcome, status: result.status ?? null, tokens },
+      {
+        tenant: tenant.name,
+        tier: tenant.tier.name,
+        priority,
+        outcome: result.outcome,
+        status: result.status ?? null,
+        tokens,
+      },
       'request forwarded',
     );
     void options.quotas.charge(request.tenant, tokens);

@@ -20,15 +20,26 @@ export class Stack {
     return proc;
   }
 
-  /** A ready backend behind a router; resolves once a request through `probe` (an edge) is served. */
-  async backendAndRouter(): Promise<{ backend: ServiceProcess; router: ServiceProcess }> {
+  /**
+   * A ready backend behind a router; `env` is added to both (identity keys and mode), `backendEnv`
+   * to the backend only.
+   */
+  async backendAndRouter(
+    env: Record<string, string> = {},
+    backendEnv: Record<string, string> = {},
+  ): Promise<{ backend: ServiceProcess; router: ServiceProcess }> {
     const backend = await this.start('backend', '@strata/inference-backend', {
       STRATA_MODEL_DIR: testModelDir(),
       STRATA_KV_CACHE_BLOCKS: '256',
       STRATA_ENGINE_THREADS: '1',
       STRATA_WARMUP: 'false',
+      ...env,
+      ...backendEnv,
     });
-    const router = await this.start('router', '@strata/router-service', { STRATA_BACKEND_URL: backend.url });
+    const router = await this.start('router', '@strata/router-service', {
+      STRATA_BACKEND_URL: backend.url,
+      ...env,
+    });
     await waitReady(backend.url);
     return { backend, router };
   }

@@ -130,6 +130,7 @@ export class ModelHost {
       {
         request_id: r.requestId,
         tenant: r.tenant,
+        priority: r.priority,
         prompt_tokens: r.promptTokens,
         output_tokens: r.outputTokens,
         ttft_ms: toMs(r.ttft),

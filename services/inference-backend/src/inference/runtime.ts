@@ -34,6 +34,7 @@ export interface RequestRecord {
   warmup: boolean;
   requestId: string | undefined;
   tenant: string | undefined;
+  priority: number | undefined;
   promptTokens: number;
   outputTokens: number;
   finishReason: FinishReason | 'error';
@@ -275,6 +276,7 @@ export class InferenceRuntime {
       warmup: request.warmup === true,
       requestId: request.requestId,
       tenant: request.tenant,
+      priority: request.priority,
       promptTokens: 0,
       outputTokens: 0,
       finishReason: 'error',

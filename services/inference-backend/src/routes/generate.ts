@@ -20,6 +20,7 @@ export interface GenerateRouteOptions {
 
 const errors = {
   400: errorResponseSchema,
+  401: errorResponseSchema,
   404: errorResponseSchema,
   429: errorResponseSchema,
   503: errorResponseSchema,
@@ -45,7 +46,7 @@ export const generateRoutes: FastifyPluginAsyncZod<GenerateRouteOptions> = async
         params: samplingParams(body, body.logprobs),
         stop: stopStrings(body.stop),
         signal: sse?.signal ?? clientGone(reply),
-        ...platformFields(request, body.priority),
+        ...platformFields(request),
         ...requestContext(request),
       });
 

@@ -112,7 +112,7 @@ export const chatRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = async (app,
         params: samplingParams({ ...body, max_tokens: maxTokens }, topLogprobs),
         stop: stopStrings(body.stop),
         signal: sse?.signal ?? clientGone(reply),
-        ...platformFields(request, body.priority),
+        ...platformFields(request),
         ...requestContext(request),
       });
       const id = chatCompletionId();

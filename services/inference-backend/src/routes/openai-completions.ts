@@ -57,7 +57,7 @@ export const completionsRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = asyn
         params: samplingParams(body, body.logprobs),
         stop: stopStrings(body.stop),
         signal: sse?.signal ?? clientGone(reply),
-        ...platformFields(request, body.priority),
+        ...platformFields(request),
         ...requestContext(request),
       });
       const id = completionId();

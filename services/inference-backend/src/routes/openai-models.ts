@@ -29,7 +29,7 @@ export const modelsRoutes: FastifyPluginAsyncZod<Pick<OpenAiRouteOptions, 'host'
     {
       schema: {
         summary: 'The model this backend serves (OpenAI-compatible list)',
-        response: { 200: backendModelListSchema, 503: openAiErrors[503] },
+        response: { 200: backendModelListSchema, 401: openAiErrors[401], 503: openAiErrors[503] },
       },
     },
     async (): Promise<BackendModelList> => {

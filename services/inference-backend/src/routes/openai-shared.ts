@@ -17,6 +17,7 @@ import type { Tokenizer } from '../model/tokenizer.js';
 
 export const openAiErrors = {
   400: errorResponseSchema,
+  401: errorResponseSchema,
   404: errorResponseSchema,
   429: errorResponseSchema,
   503: errorResponseSchema,

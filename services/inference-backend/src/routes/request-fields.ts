@@ -1,6 +1,6 @@
-// Request bodies (snake_case, OpenAI/vLLM names) -> engine parameters, and the platform headers
-// a backend honours: x-strata-tenant (prefix-cache namespace) and x-strata-priority.
-import { HEADERS } from '@strata/common';
+// Request bodies (snake_case, OpenAI/vLLM names) -> engine parameters, and the platform fields a
+// backend honours: tenant (prefix-cache namespace) and priority, from the verified identity.
+import { requestIdentity } from '@strata/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { SamplingParams } from '../engine/engine.js';
 
@@ -42,18 +42,14 @@ export function stopStrings(stop: string | string[] | null | undefined): string[
   return typeof stop === 'string' ? [stop] : stop;
 }
 
-/** Tenant (set by the edge after auth) and priority (body wins over the header). */
-export function platformFields(
-  request: FastifyRequest,
-  bodyPriority?: number,
-): { tenant?: string; priority?: number } {
-  const out: { tenant?: string; priority?: number } = {};
-  const tenant = request.headers[HEADERS.tenant];
-  if (typeof tenant === 'string' && tenant !== '') out.tenant = tenant;
-  const header = Number(request.headers[HEADERS.priority]);
-  const priority = bodyPriority ?? (Number.isInteger(header) ? header : undefined);
-  if (priority !== undefined) out.priority = priority;
-  return out;
+/**
+ * Tenant and priority as the edge signed them (identity guard). Without a valid identity, tenant
+ * "unverified" (its own prefix-cache namespace) at priority 100: x-strata-tenant,
+ * x-strata-priority and the body's priority could come from anyone inside the cluster.
+ */
+export function platformFields(request: FastifyRequest): { tenant: string; priority: number } {
+  const { tenant, priority } = requestIdentity(request);
+  return { tenant, priority };
 }
 
 /** Aborted when a non-streaming request's connection closes before the reply was sent. */

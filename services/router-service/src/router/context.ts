@@ -1,6 +1,8 @@
 // What the router reads from a request: the fields its rules match on, the prompt text that
 // prefix affinity hashes, and the session id. The body is read, never validated (the edge does).
-import { HEADERS } from '@strata/common';
+// Tenant and priority come from the verified identity only: plain headers and the body's
+// priority could come from anyone inside the cluster.
+import { HEADERS, type RequestIdentity, requestIdentity } from '@strata/common';
 import type { FastifyRequest } from 'fastify';
 import type { RouteRequest } from '../routing/index.js';
 
@@ -11,13 +13,14 @@ export interface RequestContext {
   promptText: string;
   /** x-session-id, for session affinity. */
   session: string | undefined;
+  /** Who the request is, as verified (or "unverified"). */
+  identity: RequestIdentity;
 }
 
 interface Body {
   model?: unknown;
   prompt?: unknown;
   messages?: unknown;
-  priority?: unknown;
 }
 
 function promptText(body: Body): string {
@@ -47,21 +50,17 @@ export function requestContext(request: FastifyRequest): RequestContext {
     request.method === 'POST' && request.body && typeof request.body === 'object' ? request.body : {}
   ) as Body;
   const text = promptText(body);
-  const tenant = header(request, HEADERS.tenant);
-  // The body's priority wins over the header's.
-  const priority =
-    typeof body.priority === 'number'
-      ? body.priority
-      : Number(header(request, HEADERS.priority) ?? Number.NaN);
+  const identity = requestIdentity(request);
   return {
     match: {
       ...(typeof body.model === 'string' ? { model: body.model } : {}),
-      ...(tenant ? { tenant } : {}),
+      tenant: identity.tenant,
       headers: request.headers,
-      ...(Number.isInteger(priority) ? { priority } : {}),
+      priority: identity.priority,
       promptChars: text.length,
     },
     promptText: text,
     session: header(request, HEADERS.sessionId),
+    identity,
   };
 }

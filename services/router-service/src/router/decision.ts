@@ -1,6 +1,6 @@
-// What the router records of each request: one `route decision` log line (rule, pool, session,
-// every candidate's scores, exclusions, attempts) and its metrics.
-import { Counter, Histogram, type Registry } from '@strata/common';
+// What the router records of each request: one `route decision` log line (rule, pool, who the
+// request is, session, every candidate's scores, exclusions, attempts) and its metrics.
+import { Counter, Histogram, type Registry, type RequestIdentity } from '@strata/common';
 import type { FastifyBaseLogger } from 'fastify';
 import type { AffinityLookup } from '../affinity/index.js';
 import type { PickResult, Rule } from '../routing/index.js';
@@ -41,12 +41,13 @@ export interface Decision {
   session: string | undefined;
   affinity: AffinityLookup | undefined;
   picked: PickResult;
+  identity: RequestIdentity;
 }
 
 export function recordDecision(
   log: FastifyBaseLogger,
   metrics: RouterMetrics,
-  { rule, session, affinity, picked }: Decision,
+  { rule, session, affinity, picked, identity }: Decision,
   outcome: AttemptOutcome,
 ): void {
   // When a backend answered (or the client left), the last attempt is not a retry.
@@ -56,6 +57,10 @@ export function recordDecision(
     {
       rule: rule.name,
       pool: rule.pool,
+      tenant: identity.tenant,
+      tier: identity.tier,
+      priority: identity.priority,
+      identity: identity.result,
       session: session ?? null,
       affinity: affinity?.result ?? null,
       candidates: picked.candidates.map((c) => ({

@@ -11,15 +11,17 @@ import {
   generateRequestSchema,
   generateResponseSchema,
   modelListSchema,
+  registerIdentityGuard,
 } from '@strata/common';
 import type { FastifyPluginAsync } from 'fastify';
 import { createRouter, type RouterDeps } from '../router.js';
 import { keepRawBodies } from './raw-body.js';
 
-// The router's own failures (bad JSON, body size or type, no backend, failed or slow backends)
-// and a backend's 4xx, passed through as it came.
+// The router's own failures (bad JSON, body size or type, no valid identity in refuse mode, no
+// backend, failed or slow backends) and a backend's 4xx, passed through as it came.
 const errors = {
   400: errorResponseSchema,
+  401: errorResponseSchema,
   404: errorResponseSchema,
   413: errorResponseSchema,
   415: errorResponseSchema,
@@ -57,6 +59,13 @@ const postRoutes = [
 
 export const inferenceRoutes: FastifyPluginAsync<RouterDeps> = async (scope, deps) => {
   const route = createRouter(deps);
+  // Before the body is read: a refused request costs nothing more.
+  registerIdentityGuard(scope, {
+    keys: deps.identity.keys,
+    mode: deps.identity.mode,
+    registry: deps.metrics.registry,
+    metricName: 'strata_router_identity_total',
+  });
   keepRawBodies(scope);
   scope.setValidatorCompiler(() => () => true);
   scope.setSerializerCompiler(() => (data) => JSON.stringify(data));

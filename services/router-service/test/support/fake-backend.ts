@@ -11,6 +11,7 @@ export interface ReceivedRequest {
   method: string;
   path: string;
   contentType: string | undefined;
+  headers: http.IncomingHttpHeaders;
   body: Buffer;
 }
 
@@ -79,6 +80,7 @@ export class FakeBackend {
             method: req.method ?? '',
             path: req.url ?? '',
             contentType: req.headers['content-type'],
+            headers: req.headers,
             body: Buffer.concat(chunks),
           });
           const { status, json } = this.answer;
