@@ -1,4 +1,4 @@
-// The chart passes `helm lint --strict`, renders for both values files, and every rendered
+// The chart passes `helm lint --strict`, renders for every ci/ values file, and every rendered
 // object is valid against the Kubernetes API schemas (kubernetes-validate, strict) or, for
 // custom resources, against the CRDs' own schemas.
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -9,6 +9,7 @@ import { formatErrors, loadCrdValidators } from './support/crd-schemas.js';
 import { type K8sObject, parseManifests } from './support/manifests.js';
 import {
   chartDir,
+  gpuOperatorValues,
   helm,
   KUBE_VERSION,
   kubernetesValidate,
@@ -20,6 +21,7 @@ const CUSTOM_KINDS = new Set(['ServiceMonitor', 'PodMonitor', 'PrometheusRule', 
 const cases = [
   { name: 'default values', values: [] as string[] },
   { name: 'production values', values: [productionValues] },
+  { name: 'GPU Operator values', values: [gpuOperatorValues] },
 ];
 const tmp = mkdtempSync(join(tmpdir(), 'strata-helm-'));
 
@@ -71,6 +73,7 @@ describe.each(cases)('$name', ({ name, values }) => {
       'Secret',
       'Service',
       'Deployment',
+      'DaemonSet',
       'Job',
       'HorizontalPodAutoscaler',
       'PodDisruptionBudget',
@@ -78,6 +81,7 @@ describe.each(cases)('$name', ({ name, values }) => {
       'ServiceAccount',
       'Role',
       'RoleBinding',
+      'PriorityClass',
     ]);
     for (const d of docs) expect(builtIn.has(d.kind) || CUSTOM_KINDS.has(d.kind), d.kind).toBe(true);
   });

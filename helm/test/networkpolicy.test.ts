@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { ofKind, parseManifests } from './support/manifests.js';
 import { allowedEdges, type Pod, releasePods } from './support/network.js';
-import { productionValues, template } from './support/tools.js';
+import { gpuOperatorValues, productionValues, template } from './support/tools.js';
 
 const prometheus: Pod = {
   name: 'prometheus',
@@ -44,6 +44,9 @@ describe('NetworkPolicies', () => {
         'envoy -> edge:8080',
         'router -> backend[llama-3-8b]:8000',
         'router -> redis:6379',
+        // The sidecar reads its node's dcgm-exporter.
+        'backend[llama-3-8b] -> dcgm-exporter:9400',
+        'prometheus -> dcgm-exporter:9400',
         'prometheus -> backend[llama-3-8b]:8000',
         'prometheus -> backend[llama-3-8b]:9400',
         'prometheus -> edge:8080',
@@ -66,6 +69,8 @@ describe('NetworkPolicies', () => {
         'edge -> router:8081',
         'envoy -> edge:8080',
         ...models.map((m) => `router -> backend[${m}]:8000`),
+        ...models.map((m) => `backend[${m}] -> dcgm-exporter:9400`),
+        'prometheus -> dcgm-exporter:9400',
         ...models.flatMap((m) => [`prometheus -> backend[${m}]:8000`, `prometheus -> backend[${m}]:9400`]),
         'prometheus -> edge:8080',
         'prometheus -> envoy:9902',
@@ -102,6 +107,30 @@ describe('NetworkPolicies', () => {
     ]);
   });
 
+  it("GPU Operator values: the backends reach the Operator's exporter through networkPolicy.dcgmEgress, nothing else of the release does", () => {
+    const operatorExporter: Pod = {
+      name: 'operator-dcgm',
+      namespace: 'gpu-operator',
+      namespaceLabels: { 'kubernetes.io/metadata.name': 'gpu-operator' },
+      labels: { app: 'nvidia-dcgm-exporter' },
+      ports: [9400],
+    };
+    const fromRelease = (values: string[]) => {
+      const docs = parseManifests(template({ values }));
+      const release = releasePods(docs, 'strata');
+      const names = new Set(release.map((p) => p.name));
+      return allowedEdges(ofKind(docs, 'NetworkPolicy'), [...release, operatorExporter]).filter(
+        (e) => e.endsWith('-> operator-dcgm:9400') && names.has(e.split(' -> ')[0] as string),
+      );
+    };
+    expect(fromRelease([gpuOperatorValues])).toEqual(['backend[llama-3-8b] -> operator-dcgm:9400']);
+    // Without dcgmEgress (the default values) the backends cannot reach it.
+    expect(fromRelease([])).toEqual([]);
+    // The chart renders no exporter of its own there.
+    const docs = parseManifests(template({ values: [gpuOperatorValues] }));
+    expect(docs.some((d) => d.metadata.name === 'strata-dcgm-exporter')).toBe(false);
+  });
+
   it('every policy restricts both directions and gives DNS egress to pods that make connections', () => {
     const docs = parseManifests(template({ values: [productionValues] }));
     for (const p of ofKind(docs, 'NetworkPolicy')) {
@@ -109,7 +138,8 @@ describe('NetworkPolicies', () => {
       const dns = (p.spec.egress ?? []).some((r: { ports?: { port: number; protocol: string }[] }) =>
         r.ports?.some((x) => x.port === 53 && x.protocol === 'UDP'),
       );
-      expect(dns, p.metadata.name).toBe(p.metadata.name !== 'strata-redis');
+      // Redis and the dcgm-exporter open no connections.
+      expect(dns, p.metadata.name).toBe(!['strata-redis', 'strata-dcgm-exporter'].includes(p.metadata.name));
     }
   });
 });

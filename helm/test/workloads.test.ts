@@ -161,7 +161,9 @@ describe.each([
   });
 
   it('points every Service, HPA and PDB at pods that exist', () => {
-    const templates = docs.filter((d) => d.kind === 'Deployment').map((d) => d.spec.template.metadata.labels);
+    const templates = docs
+      .filter((d) => d.kind === 'Deployment' || d.kind === 'DaemonSet')
+      .map((d) => d.spec.template.metadata.labels);
     const selects = (sel: Record<string, string>) =>
       templates.some((labels) => Object.entries(sel).every(([k, v]) => labels[k] === v));
     for (const s of ofKind(docs, 'Service')) expect(selects(s.spec.selector), s.metadata.name).toBe(true);

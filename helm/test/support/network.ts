@@ -102,10 +102,10 @@ export function allowedEdges(policies: K8sObject[], pods: Pod[]): string[] {
   return edges.sort();
 }
 
-/** The pods of the release's Deployments and Jobs, named by component (and model). */
+/** The pods of the release's Deployments, DaemonSets and Jobs, named by component (and model). */
 export function releasePods(docs: K8sObject[], namespace: string): Pod[] {
   return docs
-    .filter((d) => d.kind === 'Deployment' || d.kind === 'Job')
+    .filter((d) => d.kind === 'Deployment' || d.kind === 'DaemonSet' || d.kind === 'Job')
     .map((d) => {
       const labels = d.spec.template.metadata.labels as Record<string, string>;
       const model = labels['strata.dev/model'];

@@ -9,6 +9,8 @@ export const helmDir = resolve(dirname(fileURLToPath(import.meta.url)), '../..')
 export const repoRoot = resolve(helmDir, '..');
 export const chartDir = join(helmDir, 'strata');
 export const productionValues = join(chartDir, 'ci/production-values.yaml');
+/** A GPU Operator cluster with a hardened runtime: no exporter of the chart's, admin-owned PriorityClasses. */
+export const gpuOperatorValues = join(chartDir, 'ci/gpu-operator-values.yaml');
 export const toolchain = join(repoRoot, '.toolchain');
 export const helmBin = join(toolchain, 'bin/helm');
 export const crdDir = join(toolchain, 'k8s-crds');
