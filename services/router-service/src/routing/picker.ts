@@ -104,23 +104,22 @@ export function pick(filtered: FilterResult, profile: PickProfile, options: Pick
     return { candidates: [], excluded, reason: `no eligible backend${why ? `: ${why}` : ''}` };
   }
   const columns = profile.scorers.map(({ scorer }) => scorer.score(eligible, options));
+  const names = profile.scorers.map(({ scorer }) => scorer.name);
+  const weights = profile.scorers.map(({ weight }) => weight);
   let totalWeight = 0;
-  for (const { weight } of profile.scorers) totalWeight += weight;
-  // Every candidate's scores object copies this one: one shape, no property added per candidate.
-  const shape: ScoresByScorer = {};
-  for (const { scorer } of profile.scorers) shape[scorer.name] = 0;
+  for (const weight of weights) totalWeight += weight;
   const { maxWaiting, maxKvUsage } = profile.saturation;
   const ready: Candidate[] = [];
   const saturated: Candidate[] = [];
   for (let i = 0; i < eligible.length; i++) {
     const { backend, load } = eligible[i] as EligibleBackend;
-    const scores = { ...shape };
+    // Properties added in the same order for every candidate: one hidden class for all.
+    const scores: ScoresByScorer = {};
     let weighted = 0;
-    for (let j = 0; j < profile.scorers.length; j++) {
-      const { scorer, weight } = profile.scorers[j] as WeightedScorer;
-      const score = columns[j]?.[i] ?? 0;
-      scores[scorer.name] = score;
-      weighted += weight * score;
+    for (let j = 0; j < names.length; j++) {
+      const score = (columns[j] as readonly number[])[i] ?? 0;
+      scores[names[j] as string] = score;
+      weighted += (weights[j] as number) * score;
     }
     const candidate: Candidate = { backend, score: totalWeight === 0 ? 0 : weighted / totalWeight, scores };
     // Unknown load is never called saturated: the guard acts on evidence only.
