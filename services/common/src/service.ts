@@ -184,7 +184,17 @@ export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
   applyHttpLimits(app, { ...DEFAULT_HTTP_LIMITS, ...options.http });
   guardJsonBodies(app);
   closeConnectionsWhenDone(app);
+  correlateRequests(app, options);
+  logAndCountResponses(app, options.metrics);
+  answerErrorsFromTheCatalogue(app);
+  answerUnknownRoutes(app);
+  addBaseRoutes(app, readiness, options.metrics);
+  return app;
+}
 
+// Request ids and trace ids on every request, its response and its log lines; header bytes
+// that are not valid UTF-8 refused once the id is set.
+function correlateRequests(app: FastifyInstance, options: ServiceAppOptions): void {
   // Before the hook below, which logs the trace id the request will carry onwards.
   if (options.traceRequests) {
     traceRequests(app, options.name, { originate: options.traceRequests === 'originate' });
@@ -196,13 +206,17 @@ export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
   });
   // After the hook above, so that the 400 carries the request id.
   app.addHook('onRequest', rejectInvalidHeaderBytes);
+}
 
+// Every response counted and timed by method, route and status; one 'request completed' line
+// per request except health checks and scrapes.
+function logAndCountResponses(app: FastifyInstance, metrics: ServiceMetrics): void {
   app.addHook('onResponse', async (request, reply) => {
     const route = request.routeOptions.url ?? 'unmatched';
     const labels = { method: request.method, route, status: String(reply.statusCode) };
     const seconds = reply.elapsedTime / 1000;
-    options.metrics.httpRequests.inc(labels);
-    options.metrics.httpDuration.observe(labels, seconds);
+    metrics.httpRequests.inc(labels);
+    metrics.httpDuration.observe(labels, seconds);
     if (!route.startsWith('/health') && route !== '/metrics') {
       request.log.info(
         {
@@ -215,7 +229,10 @@ export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
       );
     }
   });
+}
 
+// Every failure answers with a catalogue body; 5xx are logged as errors, the rest as rejections.
+function answerErrorsFromTheCatalogue(app: FastifyInstance): void {
   app.setErrorHandler((err: FastifyError, request, reply) => {
     const strataError = toStrataError(err);
     if (strataError.code === 'STRATA_BODY_TOO_LARGE') keepConnectionToDrain(request, reply);
@@ -225,10 +242,12 @@ export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
       reply.header('retry-after', String(strataError.retryAfterSeconds));
     return reply.code(strataError.statusCode).send(strataError.toBody());
   });
+}
 
-  // The methods of each path, so that a known path asked with another method gets a 405 with
-  // Allow (as HTTP says and FastAPI/vLLM answer) rather than a 404. Every route here is a
-  // static path; a parametric one would only ever fall through to the 404.
+// The methods of each path, so that a known path asked with another method gets a 405 with
+// Allow (as HTTP says and FastAPI/vLLM answer) rather than a 404. Every route here is a
+// static path; a parametric one would only ever fall through to the 404.
+function answerUnknownRoutes(app: FastifyInstance): void {
   const methodsByPath = new Map<string, Set<string>>();
   app.addHook('onRoute', (route) => {
     const methods = methodsByPath.get(route.url) ?? new Set<string>();
@@ -249,7 +268,10 @@ export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
     const err = new StrataError('STRATA_NOT_FOUND', `No route ${request.method} ${path}.`);
     return reply.code(err.statusCode).send(err.toBody());
   });
+}
 
+// /health/live, /health/ready (every readiness check) and /metrics, on every service.
+function addBaseRoutes(app: FastifyInstance, readiness: Readiness, metrics: ServiceMetrics): void {
   app.get(
     '/health/live',
     {
@@ -273,10 +295,8 @@ export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
     '/metrics',
     { schema: { response: { 200: { type: 'string' }, 500: errorBodyJsonSchema } } },
     async (_request, reply) => {
-      const body = await options.metrics.registry.metrics();
-      return reply.type(options.metrics.registry.contentType).send(body);
+      const body = await metrics.registry.metrics();
+      return reply.type(metrics.registry.contentType).send(body);
     },
   );
-
-  return app;
 }
