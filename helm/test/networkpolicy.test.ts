@@ -49,7 +49,7 @@ describe('NetworkPolicies', () => {
         'prometheus -> dcgm-exporter:9400',
         'prometheus -> backend[llama-3-8b]:8000',
         'prometheus -> backend[llama-3-8b]:9400',
-        'prometheus -> edge:8080',
+        'prometheus -> edge:9091',
         'prometheus -> envoy:9902',
         'prometheus -> router:8081',
         // The public listener is open to anyone, Prometheus included.
@@ -72,7 +72,7 @@ describe('NetworkPolicies', () => {
         ...models.map((m) => `backend[${m}] -> dcgm-exporter:9400`),
         'prometheus -> dcgm-exporter:9400',
         ...models.flatMap((m) => [`prometheus -> backend[${m}]:8000`, `prometheus -> backend[${m}]:9400`]),
-        'prometheus -> edge:8080',
+        'prometheus -> edge:9091',
         'prometheus -> envoy:9902',
         'prometheus -> router:8081',
         'prometheus -> envoy:8080',

@@ -134,6 +134,11 @@ export const DEFAULT_HTTP_LIMITS: HttpLimits = Object.freeze(httpLimitsSchema.pa
 export const baseServiceSchema = z.object({
   host: z.string().min(1).default('0.0.0.0'),
   port: configFields.port(0),
+  /**
+   * Serve /metrics on this port instead of the API's (0: a free one), so a NetworkPolicy can open
+   * it to Prometheus alone; unset: /metrics is on the API port.
+   */
+  metricsPort: z.coerce.number().int().min(0).max(65535).optional(),
   logLevel: configFields.logLevel(),
   /** How long SIGTERM waits for in-flight requests before closing them, in milliseconds. */
   drainTimeoutMs: configFields.positiveInt(30_000),
@@ -146,6 +151,7 @@ export type BaseServiceConfig = z.output<typeof baseServiceSchema>;
 export const baseServiceEnv: EnvMap = {
   host: 'HOST',
   port: 'PORT',
+  metricsPort: 'STRATA_METRICS_PORT',
   logLevel: 'LOG_LEVEL',
   drainTimeoutMs: 'STRATA_DRAIN_TIMEOUT_MS',
   otlpEndpoint: 'OTEL_EXPORTER_OTLP_ENDPOINT',

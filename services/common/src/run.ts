@@ -8,6 +8,7 @@ import { createLogger } from './logger.js';
 import { createMetrics, type ServiceMetrics } from './metrics.js';
 import { Readiness } from './readiness.js';
 import { applyHttpLimits } from './request-guards.js';
+import { serveMetricsOnOwnPort } from './service.js';
 import { createShutdown, exitOnSignals } from './shutdown.js';
 import { startTelemetry, type Telemetry } from './telemetry.js';
 
@@ -20,6 +21,8 @@ export interface RunOptions {
   telemetry: Telemetry;
   host: string;
   port: number;
+  /** /metrics on a port of its own (serveMetricsOnOwnPort); undefined: on the API port. */
+  metricsPort?: number | undefined;
   drainTimeoutMs: number;
   cleanup?: () => Promise<void>;
 }
@@ -40,9 +43,16 @@ export async function runService(options: RunOptions): Promise<string> {
     forceExitAfterMs: options.drainTimeoutMs + FORCE_EXIT_GRACE_MS,
     exitWithStdin: process.env.STRATA_EXIT_WITH_STDIN === '1',
   });
+  const metricsAddress =
+    options.metricsPort === undefined
+      ? undefined
+      : await serveMetricsOnOwnPort(app, options.host, options.metricsPort);
   const address = await app.listen({ host: options.host, port: options.port });
   // A machine-readable line: the local launcher and tests read the bound port from it.
-  logger.info({ address, tracing: telemetry.enabled }, 'listening');
+  logger.info(
+    { address, tracing: telemetry.enabled, ...(metricsAddress ? { metrics_address: metricsAddress } : {}) },
+    'listening',
+  );
   return address;
 }
 
@@ -97,6 +107,7 @@ export async function bootService<S extends z.ZodType<BaseServiceConfig>>(
     telemetry,
     host: config.host,
     port: config.port,
+    metricsPort: config.metricsPort,
     drainTimeoutMs: config.drainTimeoutMs,
     ...(options.cleanup ? { cleanup: options.cleanup } : {}),
   });

@@ -270,6 +270,39 @@ function answerUnknownRoutes(app: FastifyInstance): void {
   });
 }
 
+/**
+ * Moves `app`'s /metrics to a server of its own on `port` (0: a free one), which answers only
+ * GET /metrics; on the API port /metrics then answers 404 like any unknown path. Returns the
+ * server's address; it closes with `app` (call before app.listen).
+ */
+export async function serveMetricsOnOwnPort(
+  app: FastifyInstance,
+  host: string,
+  port: number,
+): Promise<string> {
+  app.addHook('onRequest', async (request, reply) => {
+    if (request.routeOptions.url !== '/metrics') return;
+    const err = new StrataError('STRATA_NOT_FOUND', `No route ${request.method} /metrics on this port.`);
+    return reply.code(err.statusCode).send(err.toBody());
+  });
+  const metricsApp = Fastify({ logger: false, return503OnClosing: false });
+  metricsApp.get('/metrics', async (_request, reply) => {
+    const body = await app.metrics.registry.metrics();
+    return reply.type(app.metrics.registry.contentType).send(body);
+  });
+  metricsApp.setNotFoundHandler((request, reply) => {
+    const err = new StrataError(
+      'STRATA_NOT_FOUND',
+      `This port serves GET /metrics only, not ${request.method} ${request.url}.`,
+    );
+    return reply.code(err.statusCode).send(err.toBody());
+  });
+  app.addHook('onClose', async () => {
+    await metricsApp.close();
+  });
+  return metricsApp.listen({ host, port });
+}
+
 // /health/live, /health/ready (every readiness check) and /metrics, on every service.
 function addBaseRoutes(app: FastifyInstance, readiness: Readiness, metrics: ServiceMetrics): void {
   app.get(
