@@ -107,6 +107,15 @@ export const errorResponseSchema = z.object({
   }),
 });
 
+/** The route schemas' error responses: each listed status answers errorResponseSchema. */
+export function errorResponses<const S extends readonly number[]>(
+  ...statuses: S
+): { [K in S[number]]: typeof errorResponseSchema } {
+  return Object.fromEntries(statuses.map((status) => [status, errorResponseSchema])) as {
+    [K in S[number]]: typeof errorResponseSchema;
+  };
+}
+
 const count = z.number().int().min(0);
 
 /**

@@ -11,7 +11,7 @@ import {
   completionRequestSchema,
   completionResponseSchema,
   dropNullFields,
-  errorResponseSchema,
+  errorResponses,
   generateRequestSchema,
   generateResponseSchema,
   HEADERS,
@@ -49,17 +49,7 @@ export interface PublicRoutesOptions {
   identityKey: IdentityKey | undefined;
 }
 
-const errors = {
-  400: errorResponseSchema,
-  401: errorResponseSchema,
-  404: errorResponseSchema,
-  413: errorResponseSchema,
-  415: errorResponseSchema,
-  429: errorResponseSchema,
-  502: errorResponseSchema,
-  503: errorResponseSchema,
-  504: errorResponseSchema,
-};
+const errors = errorResponses(400, 401, 404, 413, 415, 429, 502, 503, 504);
 const security = [{ bearerAuth: [] }];
 // JSON, or server-sent events when the body asks for a stream.
 const produces = ['application/json', 'text/event-stream'];

@@ -1,7 +1,7 @@
 // POST /v1/generate (docs/architecture.md, Wire contracts): JSON, or SSE with token events,
 // then done (or error once the stream has started).
 import {
-  errorResponseSchema,
+  errorResponses,
   type GenerateResponse,
   generateRequestSchema,
   generateResponseSchema,
@@ -18,13 +18,7 @@ export interface GenerateRouteOptions {
   sseHeartbeatMs: number;
 }
 
-const errors = {
-  400: errorResponseSchema,
-  401: errorResponseSchema,
-  404: errorResponseSchema,
-  429: errorResponseSchema,
-  503: errorResponseSchema,
-};
+const errors = errorResponses(400, 401, 404, 429, 503);
 
 export const generateRoutes: FastifyPluginAsyncZod<GenerateRouteOptions> = async (app, options) => {
   app.post(

@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import {
   type ChatLogprobs,
   type CompletionLogprobs,
-  errorResponseSchema,
+  errorResponses,
   type OpenAiFinishReason,
   type OpenAiUsage,
   StrataError,
@@ -15,13 +15,7 @@ import type { TextDone, TextEvent, TextToken } from '../engine/text-generation.j
 import type { SseStream } from '../http/sse.js';
 import type { Tokenizer } from '../model/tokenizer.js';
 
-export const openAiErrors = {
-  400: errorResponseSchema,
-  401: errorResponseSchema,
-  404: errorResponseSchema,
-  429: errorResponseSchema,
-  503: errorResponseSchema,
-};
+export const openAiErrors = errorResponses(400, 401, 404, 429, 503);
 
 export const completionId = (): string => `cmpl-${randomUUID().replaceAll('-', '')}`;
 export const chatCompletionId = (): string => `chatcmpl-${randomUUID().replaceAll('-', '')}`;

@@ -7,7 +7,7 @@ import {
   chatCompletionResponseSchema,
   completionRequestSchema,
   completionResponseSchema,
-  errorResponseSchema,
+  errorResponses,
   generateRequestSchema,
   generateResponseSchema,
   modelListSchema,
@@ -19,17 +19,7 @@ import { keepRawBodies } from './raw-body.js';
 
 // The router's own failures (bad JSON, body size or type, no valid identity in refuse mode, no
 // backend, failed or slow backends) and a backend's 4xx, passed through as it came.
-const errors = {
-  400: errorResponseSchema,
-  401: errorResponseSchema,
-  404: errorResponseSchema,
-  413: errorResponseSchema,
-  415: errorResponseSchema,
-  429: errorResponseSchema,
-  502: errorResponseSchema,
-  503: errorResponseSchema,
-  504: errorResponseSchema,
-};
+const errors = errorResponses(400, 401, 404, 413, 415, 429, 502, 503, 504);
 const forwarded =
   'Forwarded to a backend picked by the routing rules, body as sent: the router does not validate ' +
   'it (the edge does). The backend answer, JSON or SSE, comes back as it is.';
