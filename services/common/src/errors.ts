@@ -12,6 +12,16 @@ export interface CatalogueEntry {
 
 export const ERROR_CATALOGUE = {
   STRATA_INVALID_REQUEST: { status: 400, type: 'invalid_request', message: 'The request is invalid.' },
+  STRATA_INVALID_GRAMMAR: {
+    status: 400,
+    type: 'invalid_request',
+    message: 'The structured-output constraint (JSON schema, regex, choice or grammar) cannot be used.',
+  },
+  STRATA_GRAMMAR_UNAVAILABLE: {
+    status: 400,
+    type: 'invalid_request',
+    message: 'This backend cannot constrain output: its engine was built without the grammar engine.',
+  },
   STRATA_INVALID_PARAM: {
     status: 400,
     type: 'invalid_request',

@@ -17,5 +17,6 @@ export * from './service.js';
 export * from './shutdown.js';
 export * from './spawn.js';
 export * from './stream.js';
+export * from './structured-output.js';
 export * from './telemetry.js';
 export * from './watch-file.js';

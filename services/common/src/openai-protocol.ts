@@ -2,12 +2,13 @@
 // /v1/models), as vLLM serves them: OpenAI's fields plus vLLM's sampling extras (top_k, min_p,
 // repetition_penalty, ignore_eos, min_tokens, ...). Unknown fields are accepted and ignored,
 // because OpenAI clients send fields this server has no use for; fields whose values it cannot
-// honour (n > 1, echo, logit_bias, tools, JSON mode, ...) are rejected with a message that says
+// honour (n > 1, echo, logit_bias, tools, ...) are rejected with a message that says
 // so. As in OpenAI's own schema, every optional field may be null, meaning absent: the routes
 // drop top-level nulls (dropNullFields) before validating.
 import { z } from 'zod';
 import { StrataError } from './errors.js';
 import { samplingFields } from './protocol.js';
+import { guidedFields, responseFormatSchema, structuredOutputsSchema } from './structured-output.js';
 
 /**
  * preValidation hook for the OpenAI routes, at the edge and at the backend alike: OpenAI
@@ -51,18 +52,14 @@ const refusedFields = {
       error: refused('logit_bias', 'send {} or leave it out'),
     })
     .optional(),
-  response_format: z
-    .looseObject({
-      type: z.literal('text', {
-        error: refused('response_format', "only {type: 'text'}; there is no JSON mode or JSON schema"),
-      }),
-    })
-    .optional(),
   prompt_logprobs: refusedAlways('prompt_logprobs', 'logprobs cover the generated tokens only'),
-  guided_json: refusedAlways('guided_json', 'there is no guided decoding'),
-  guided_regex: refusedAlways('guided_regex', 'there is no guided decoding'),
-  guided_choice: refusedAlways('guided_choice', 'there is no guided decoding'),
-  guided_grammar: refusedAlways('guided_grammar', 'there is no guided decoding'),
+};
+
+/** Structured output (structured-output.ts): OpenAI's response_format and vLLM's fields. */
+const constraintFields = {
+  response_format: responseFormatSchema.optional(),
+  structured_outputs: structuredOutputsSchema.optional(),
+  ...guidedFields,
 };
 
 /** Fields both OpenAI routes share. */
@@ -70,6 +67,7 @@ const commonFields = nullable({
   model: z.string().min(1).optional(),
   ...samplingFields,
   ...refusedFields,
+  ...constraintFields,
   n: z.literal(1, { error: 'only n=1 is supported: send one request per completion you want' }).optional(),
   stream: z.boolean().default(false),
   stream_options: z

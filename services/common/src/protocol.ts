@@ -3,6 +3,7 @@
 // names and ranges follow vLLM and OpenAI; the messages zod produces name the field and the
 // allowed range.
 import { z } from 'zod';
+import { structuredOutputsSchema } from './structured-output.js';
 
 /**
  * max_tokens when a request gives none, as vLLM's and OpenAI's completions have it. The one
@@ -53,6 +54,8 @@ export const generateRequestSchema = z.strictObject({
   stream: z.boolean().default(false),
   /** Lower is more urgent (as vLLM); the x-strata-priority header may set it too. */
   priority: z.number().int().min(-100).max(100).optional(),
+  /** Structured output: exactly one of json (a schema), regex, choice, grammar (Lark) or json_object. */
+  constraint: structuredOutputsSchema.optional(),
 });
 export type GenerateRequest = z.output<typeof generateRequestSchema>;
 

@@ -99,6 +99,18 @@ export interface NativeRequest {
   /** Prefix-cache namespace: blocks are shared only within one tenant. */
   tenant?: string;
   params?: NativeSamplingParams;
+  /** Structured output: from compileConstraint(); each may be submitted once. */
+  constraint?: NativeConstraint;
+}
+
+/** What compileConstraint() accepts (grammar.h): llguidance's constraint kinds. */
+export type ConstraintKind = 'json_schema' | 'json_object' | 'regex' | 'lark';
+
+/** One request's compiled grammar state, opaque to JS. */
+export interface NativeConstraint {
+  readonly handle: unknown;
+  /** Time compiling it took, off the JS thread. */
+  readonly compileSeconds: number;
 }
 
 /** FinishReason in sequence.h: 0 none, 1 stop, 2 length, 3 abort, 4 timeout. */
@@ -151,6 +163,12 @@ export interface NativeEngineStats {
   finishedLength: number;
   finishedAbort: number;
   finishedTimeout: number;
+  /** Structured output: masks computed, seconds computing them (overlapped with the forward pass),
+   * seconds steps waited for them after the forward, and requests ended by a failed constraint. */
+  constraintMasks: number;
+  constraintMaskSeconds: number;
+  constraintWaitSeconds: number;
+  constraintErrors: number;
 }
 
 export interface NativeEngineInfo {
@@ -204,6 +222,17 @@ export interface NativeEngine {
   close(): Promise<void>;
   /** Lets the next onSteps call come: steps that arrived meanwhile, or the next one. */
   resumeSteps(): void;
+  /**
+   * Reads the model's vocabulary for structured output (off the JS thread) from its
+   * tokenizer.json text; `eosTokenIds` join the model's own as ends of a complete output.
+   * Rejects with STRATA_GRAMMAR_UNAVAILABLE when the addon was built without llguidance.
+   */
+  loadGrammar(
+    tokenizerJson: string,
+    eosTokenIds: readonly number[],
+  ): Promise<{ version: string; seconds: number }>;
+  /** Compiles one request's constraint (off the JS thread); rejects with STRATA_INVALID_GRAMMAR. */
+  compileConstraint(kind: ConstraintKind, data: string): Promise<NativeConstraint>;
 }
 
 export interface NativeAddon {

@@ -1,5 +1,6 @@
 #include "engine_binding.h"
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <limits>
@@ -107,6 +108,91 @@ class CloseWorker : public Napi::AsyncWorker {
   Napi::Promise::Deferred deferred_;
   EngineRunner* runner_;  // alive: the JS object is Ref'd until on_joined
   std::function<void()> on_joined_;
+};
+
+// A compiled constraint on its way from compileConstraint() to submit(), which takes it.
+struct ConstraintBox {
+  std::unique_ptr<TokenConstraint> constraint;
+};
+
+class GrammarLoadWorker : public Napi::AsyncWorker {
+ public:
+  GrammarLoadWorker(Napi::Env env, GrammarOptions options, std::function<void(std::shared_ptr<Grammar>)> on_loaded)
+      : Napi::AsyncWorker(env),
+        deferred_(Napi::Promise::Deferred::New(env)),
+        options_(std::move(options)),
+        on_loaded_(std::move(on_loaded)) {}
+  Napi::Promise Promise() { return deferred_.Promise(); }
+  void Execute() override {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      grammar_ = Grammar::load(options_);
+    } catch (...) {
+      error_ = capture_current_error();
+    }
+    seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  void OnOK() override {
+    Napi::Env env = Env();
+    if (!error_.code.empty()) {
+      deferred_.Reject(to_js_error(env, error_).Value());
+      return;
+    }
+    on_loaded_(grammar_);
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("version", Grammar::version());
+    o.Set("seconds", seconds_);
+    deferred_.Resolve(o);
+  }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  GrammarOptions options_;
+  std::function<void(std::shared_ptr<Grammar>)> on_loaded_;
+  std::shared_ptr<Grammar> grammar_;
+  CapturedError error_;
+  double seconds_ = 0;
+};
+
+class CompileWorker : public Napi::AsyncWorker {
+ public:
+  CompileWorker(Napi::Env env, std::shared_ptr<Grammar> grammar, std::string kind, std::string data)
+      : Napi::AsyncWorker(env),
+        deferred_(Napi::Promise::Deferred::New(env)),
+        grammar_(std::move(grammar)),
+        kind_(std::move(kind)),
+        data_(std::move(data)) {}
+  Napi::Promise Promise() { return deferred_.Promise(); }
+  void Execute() override {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      constraint_ = grammar_->compile(kind_, data_);
+    } catch (...) {
+      error_ = capture_current_error();
+    }
+    seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  void OnOK() override {
+    Napi::Env env = Env();
+    if (!error_.code.empty()) {
+      deferred_.Reject(to_js_error(env, error_).Value());
+      return;
+    }
+    auto* box = new ConstraintBox{std::move(constraint_)};
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("handle", Napi::External<ConstraintBox>::New(env, box, [](Napi::Env, ConstraintBox* b) { delete b; }));
+    o.Set("compileSeconds", seconds_);
+    deferred_.Resolve(o);
+  }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  std::shared_ptr<Grammar> grammar_;
+  std::string kind_;
+  std::string data_;
+  std::unique_ptr<TokenConstraint> constraint_;
+  CapturedError error_;
+  double seconds_ = 0;
 };
 
 FinishReason parse_abort_reason(const Napi::Value& v) {
@@ -221,6 +307,8 @@ Napi::Function EngineBinding::Define(Napi::Env env) {
                                        InstanceMethod<&EngineBinding::Info>("info"),
                                        InstanceMethod<&EngineBinding::Close>("close"),
                                        InstanceMethod<&EngineBinding::ResumeSteps>("resumeSteps"),
+                                       InstanceMethod<&EngineBinding::LoadGrammar>("loadGrammar"),
+                                       InstanceMethod<&EngineBinding::CompileConstraint>("compileConstraint"),
                                    });
   g_constructor = new Napi::FunctionReference(Napi::Persistent(cls));
   return cls;
@@ -281,12 +369,61 @@ Napi::Value EngineBinding::Submit(const Napi::CallbackInfo& info) {
   req.tenant_salt = tenant_salt(get_string(r, "tenant"));  // strata::tenant_salt
   Napi::Value params = r.Get("params");
   if (params.IsObject()) req.params = parse_params(params.As<Napi::Object>());
+  Napi::Value constraint = r.Get("constraint");
+  if (!constraint.IsUndefined() && !constraint.IsNull()) {
+    Napi::Value handle = constraint.IsObject() ? constraint.As<Napi::Object>().Get("handle") : Napi::Value();
+    if (handle.IsEmpty() || !handle.IsExternal()) {
+      throw_js_error(env, "STRATA_INVALID_PARAM", "constraint must come from compileConstraint()");
+    }
+    ConstraintBox* box = handle.As<Napi::External<ConstraintBox>>().Data();
+    if (!box->constraint) throw_js_error(env, "STRATA_INVALID_PARAM", "this constraint was already submitted");
+    req.constraint = std::move(box->constraint);
+  }
   try {
     runner_->engine().submit(std::move(req));
   } catch (...) {
-    throw to_js_error(env, capture_current_error());
+    throw to_js_error(env, capture_current_error());  // a refused request's constraint is dropped with it
   }
   return env.Undefined();
+}
+
+Napi::Value EngineBinding::LoadGrammar(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (closed_ || !runner_) throw_js_error(env, "STRATA_ENGINE_CLOSED", "the engine is closed");
+  if (!info[0].IsString()) throw_js_error(env, "STRATA_INVALID_CONFIG", "loadGrammar(tokenizerJson, eosTokenIds): a string");
+  GrammarOptions o;
+  o.tokenizer_json = info[0].As<Napi::String>().Utf8Value();
+  const ModelConfig& m = runner_->backend().config();
+  o.vocab_size = m.vocab_size;
+  o.eos_token_ids = m.eos_token_ids;
+  if (info[1].IsArray()) {
+    Napi::Array a = info[1].As<Napi::Array>();
+    for (uint32_t i = 0; i < a.Length(); ++i) {
+      const int32_t t = a.Get(i).ToNumber().Int32Value();
+      if (std::find(o.eos_token_ids.begin(), o.eos_token_ids.end(), t) == o.eos_token_ids.end()) o.eos_token_ids.push_back(t);
+    }
+  }
+  auto* worker = new GrammarLoadWorker(env, std::move(o), [this](std::shared_ptr<Grammar> g) { grammar_ = std::move(g); });
+  Napi::Promise promise = worker->Promise();
+  worker->Queue();
+  return promise;
+}
+
+Napi::Value EngineBinding::CompileConstraint(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!grammar_) {
+    throw_js_error(env, grammar_available() ? "STRATA_INVALID_CONFIG" : errc::kGrammarUnavailable,
+                   grammar_available() ? "compileConstraint() before loadGrammar()"
+                                       : "this engine was built without llguidance (no cargo at build time)");
+  }
+  if (!info[0].IsString() || !info[1].IsString()) {
+    throw_js_error(env, "STRATA_INVALID_PARAM", "compileConstraint(kind, data): two strings");
+  }
+  auto* worker = new CompileWorker(env, grammar_, info[0].As<Napi::String>().Utf8Value(),
+                                   info[1].As<Napi::String>().Utf8Value());
+  Napi::Promise promise = worker->Promise();
+  worker->Queue();
+  return promise;
 }
 
 Napi::Value EngineBinding::Abort(const Napi::CallbackInfo& info) {
@@ -316,6 +453,10 @@ Napi::Value EngineBinding::Stats(const Napi::CallbackInfo& info) {
   o.Set("finishedLength", static_cast<double>(s.finished_length));
   o.Set("finishedAbort", static_cast<double>(s.finished_abort));
   o.Set("finishedTimeout", static_cast<double>(s.finished_timeout));
+  o.Set("constraintMasks", static_cast<double>(s.constraint_masks));
+  o.Set("constraintMaskSeconds", s.constraint_mask_seconds);
+  o.Set("constraintWaitSeconds", s.constraint_wait_seconds);
+  o.Set("constraintErrors", static_cast<double>(s.constraint_errors));
   return o;
 }
 

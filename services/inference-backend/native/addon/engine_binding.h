@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "strata/engine_runner.h"
+#include "strata/grammar.h"
 
 namespace strata::addon {
 
@@ -30,11 +31,18 @@ class EngineBinding : public Napi::ObjectWrap<EngineBinding> {
   Napi::Value Info(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
   Napi::Value ResumeSteps(const Napi::CallbackInfo& info);
+  // loadGrammar(tokenizerJson, eosTokenIds) -> Promise<{version, seconds}>: structured output's
+  // vocabulary, read once (off the JS thread); eos ids join the model's own.
+  Napi::Value LoadGrammar(const Napi::CallbackInfo& info);
+  // compileConstraint(kind, data) -> Promise<constraint> (off the JS thread): one request's
+  // grammar state, handed to submit({constraint}) once. Rejects with STRATA_INVALID_GRAMMAR.
+  Napi::Value CompileConstraint(const Napi::CallbackInfo& info);
 
   // Queues one delivery of the runner's steps on the JS thread; false when closing.
   bool ScheduleDelivery();
 
   std::unique_ptr<EngineRunner> runner_;
+  std::shared_ptr<Grammar> grammar_;
   Napi::ThreadSafeFunction on_steps_;
   bool closed_ = false;
 };

@@ -2,8 +2,10 @@
 // abort, stats, close. Token level only: text, stop strings and chat live above this.
 import { type ErrorCode, isErrorCode, StrataError } from '@strata/common';
 import {
+  type ConstraintKind,
   loadNativeAddon,
   type NativeAddon,
+  type NativeConstraint,
   type NativeEngine,
   type NativeEngineInfo,
   type NativeEngineStats,
@@ -45,6 +47,8 @@ export interface GenerateOptions {
   signal?: AbortSignal;
   /** Called once, when the engine first batches the request; `at` is on performance.now()'s clock. */
   onScheduled?: (at: number) => void;
+  /** Structured output: every token must be one this grammar allows (compileConstraint()). */
+  constraint?: NativeConstraint;
 }
 
 /** A native error with its stable catalogue code, e.g. STRATA_INVALID_PARAM. */
@@ -123,6 +127,7 @@ export class Engine {
         params,
         ...(options.priority !== undefined ? { priority: options.priority } : {}),
         ...(options.tenant !== undefined ? { tenant: options.tenant } : {}),
+        ...(options.constraint !== undefined ? { constraint: options.constraint } : {}),
       });
     } catch (err) {
       throw asEngineError(err);
@@ -139,6 +144,26 @@ export class Engine {
       }
     }
     return stream;
+  }
+
+  /** Structured output's vocabulary, from the model's tokenizer.json text (see NativeEngine.loadGrammar). */
+  async loadGrammar(
+    tokenizerJson: string,
+    eosTokenIds: readonly number[],
+  ): Promise<{ version: string; seconds: number }> {
+    return this.native.loadGrammar(tokenizerJson, eosTokenIds).catch((err: unknown) => {
+      throw asEngineError(err);
+    });
+  }
+
+  /** One request's constraint, compiled off the JS thread; STRATA_INVALID_GRAMMAR names what is wrong. */
+  async compileConstraint(kind: ConstraintKind, data: string): Promise<NativeConstraint> {
+    if (this.closed) throw new EngineError('STRATA_ENGINE_CLOSED', 'the engine is closed');
+    try {
+      return await this.native.compileConstraint(kind, data);
+    } catch (err) {
+      throw asEngineError(err);
+    }
   }
 
   stats(): NativeEngineStats {

@@ -133,6 +133,7 @@ export class TextGenerator {
       ...(request.priority !== undefined ? { priority: request.priority } : {}),
       ...(request.tenant !== undefined ? { tenant: request.tenant } : {}),
       ...(request.onScheduled ? { onScheduled: request.onScheduled } : {}),
+      ...(request.constraint ? { constraint: request.constraint } : {}),
     });
     let detok: IncrementalDetokenizer;
     try {

@@ -1,8 +1,9 @@
 // The backend's execution core, shared by every route: the loaded model, admission control,
 // per-request deadlines and cancellation, and per-request timings for metrics and logs.
+import { readFile } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { context, type Span, SpanKind, SpanStatusCode, type Tracer, trace } from '@opentelemetry/api';
-import { parentContext, StrataError } from '@strata/common';
+import { type GrammarSpec, parentContext, StrataError } from '@strata/common';
 import type { Config } from '../config.js';
 import { Engine, type FinishReason, type SamplingParams } from '../engine/engine.js';
 import { guarded } from '../engine/guarded.js';
@@ -10,6 +11,7 @@ import { type TextEvent, TextGenerator } from '../engine/text-generation.js';
 import { ChatTemplate, withChatTemplateSetting } from '../model/chat-template.js';
 import { loadModelFiles, type ModelFiles } from '../model/model-files.js';
 import { Tokenizer } from '../model/tokenizer.js';
+import type { NativeConstraint } from '../native.js';
 import { defaultEngineThreads } from './cpu-budget.js';
 
 export interface ExecuteRequest {
@@ -26,7 +28,14 @@ export interface ExecuteRequest {
   signal?: AbortSignal;
   /** The backend's own start-up traffic: kept out of the request metrics (see warmup.ts). */
   warmup?: boolean;
+  /** Structured output: the grammar every output token must follow (compiled before admission). */
+  grammar?: GrammarSpec;
 }
+
+/** Structured output's state on this backend: llguidance's version, or why there is none. */
+export type GrammarStatus =
+  | { available: true; version: string; loadSeconds: number }
+  | { available: false; code: 'STRATA_GRAMMAR_UNAVAILABLE'; message: string };
 
 /** What one finished request did, in seconds since its arrival unless noted. */
 export interface RequestRecord {
@@ -106,6 +115,7 @@ export class InferenceRuntime {
     private readonly config: Config,
     private readonly observer: RuntimeObserver | undefined,
     private readonly tracer: Tracer,
+    readonly grammar: GrammarStatus,
   ) {
     this.generator = new TextGenerator(engine, tokenizer);
   }
@@ -144,7 +154,32 @@ export class InferenceRuntime {
       await engine.close();
       throw err;
     }
-    return new InferenceRuntime(engine, tokenizer, files, servedModelName(config), config, observer, tracer);
+    const grammar = await loadGrammar(engine, files, tokenizer);
+    return new InferenceRuntime(
+      engine,
+      tokenizer,
+      files,
+      servedModelName(config),
+      config,
+      observer,
+      tracer,
+      grammar,
+    );
+  }
+
+  /**
+   * Compiles a request's grammar off the JS thread. STRATA_INVALID_GRAMMAR (400) names what is
+   * wrong with it; STRATA_GRAMMAR_UNAVAILABLE when this engine cannot constrain output at all.
+   */
+  private async compile(spec: GrammarSpec): Promise<NativeConstraint> {
+    if (!this.grammar.available) throw new StrataError(this.grammar.code, this.grammar.message);
+    try {
+      return await this.engine.compileConstraint(spec.kind, spec.data);
+    } catch (err) {
+      const e = err as StrataError;
+      if (e.code === 'STRATA_INVALID_GRAMMAR') throw new StrataError(e.code, `${spec.field}: ${e.message}`);
+      throw err;
+    }
   }
 
   get maxModelLen(): number {
@@ -214,6 +249,15 @@ export class InferenceRuntime {
         `the backend holds ${capacity} requests (running + queued); retry later`,
       );
     }
+    let constraint: NativeConstraint | undefined;
+    if (request.grammar) {
+      try {
+        constraint = await this.compile(request.grammar);
+      } catch (err) {
+        reject((err as { code?: string }).code ?? 'STRATA_INTERNAL');
+        throw err;
+      }
+    }
     const moments: Moments = {
       arrival: performance.now(),
       scheduled: undefined,
@@ -246,6 +290,7 @@ export class InferenceRuntime {
           },
           ...(request.priority !== undefined ? { priority: request.priority } : {}),
           ...(request.tenant !== undefined ? { tenant: request.tenant } : {}),
+          ...(constraint ? { constraint } : {}),
         }),
       );
     } catch (err) {
@@ -346,5 +391,26 @@ export class InferenceRuntime {
   async close(): Promise<void> {
     await this.engine.close();
     await this.tokenizer.close();
+  }
+}
+
+/**
+ * Structured output's vocabulary: llguidance reads each token's bytes from the model's
+ * tokenizer.json (a GGUF's converted one included). A failure leaves the backend serving
+ * everything else and refusing constrained requests with the reason.
+ */
+async function loadGrammar(engine: Engine, files: ModelFiles, tokenizer: Tokenizer): Promise<GrammarStatus> {
+  try {
+    const source = files.tokenizer;
+    const json = source.kind === 'json' ? source.json : await readFile(source.path, 'utf8');
+    const { version, seconds } = await engine.loadGrammar(json, tokenizer.eosTokenIds);
+    return { available: true, version, loadSeconds: seconds };
+  } catch (err) {
+    const e = err as { code?: unknown; message?: unknown };
+    const message =
+      e.code === 'STRATA_GRAMMAR_UNAVAILABLE'
+        ? String(e.message)
+        : `structured output is unavailable: the grammar engine cannot read this model's vocabulary (${String(e.message ?? err)})`;
+    return { available: false, code: 'STRATA_GRAMMAR_UNAVAILABLE', message };
   }
 }

@@ -5,6 +5,7 @@ import {
   type GenerateResponse,
   generateRequestSchema,
   generateResponseSchema,
+  grammarOfConstraint,
   StrataError,
 } from '@strata/common';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
@@ -35,6 +36,7 @@ export const generateRoutes: FastifyPluginAsyncZod<GenerateRouteOptions> = async
       const body = request.body;
       runtime.checkModel(body.model);
       const sse = body.stream ? new SseStream(reply, options.sseHeartbeatMs) : undefined;
+      const grammar = grammarOfConstraint(body.constraint); // before any work: two constraints are a 400
       const events = await runtime.start({
         prompt: body.prompt,
         params: samplingParams(body, body.logprobs),
@@ -42,6 +44,7 @@ export const generateRoutes: FastifyPluginAsyncZod<GenerateRouteOptions> = async
         signal: sse?.signal ?? clientGone(reply),
         ...platformFields(request),
         ...requestContext(request),
+        ...(grammar ? { grammar } : {}),
       });
 
       if (!sse) {

@@ -9,6 +9,7 @@ import {
   chatCompletionResponseSchema,
   checkStreamOptions,
   dropNullFields,
+  grammarOf,
 } from '@strata/common';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { SseStream } from '../http/sse.js';
@@ -107,6 +108,7 @@ export const chatRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = async (app,
       const maxTokens = body.max_completion_tokens ?? body.max_tokens;
       const topLogprobs = body.logprobs ? (body.top_logprobs ?? 0) : undefined;
       const sse = body.stream ? new SseStream(reply, options.sseHeartbeatMs) : undefined;
+      const grammar = grammarOf(body); // before any work: two constraints are a 400
       const events = await runtime.start({
         prompt,
         params: samplingParams({ ...body, max_tokens: maxTokens }, topLogprobs),
@@ -114,6 +116,7 @@ export const chatRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = async (app,
         signal: sse?.signal ?? clientGone(reply),
         ...platformFields(request),
         ...requestContext(request),
+        ...(grammar ? { grammar } : {}),
       });
       const id = chatCompletionId();
       const created = unixSeconds();

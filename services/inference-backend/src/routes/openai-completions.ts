@@ -6,6 +6,7 @@ import {
   completionRequestSchema,
   completionResponseSchema,
   dropNullFields,
+  grammarOf,
 } from '@strata/common';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { SseStream } from '../http/sse.js';
@@ -52,6 +53,7 @@ export const completionsRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = asyn
       runtime.checkModel(body.model);
       checkStreamOptions(body);
       const sse = body.stream ? new SseStream(reply, options.sseHeartbeatMs) : undefined;
+      const grammar = grammarOf(body); // before any work: two constraints are a 400
       const events = await runtime.start({
         prompt: singlePrompt(body.prompt),
         params: samplingParams(body, body.logprobs),
@@ -59,6 +61,7 @@ export const completionsRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = asyn
         signal: sse?.signal ?? clientGone(reply),
         ...platformFields(request),
         ...requestContext(request),
+        ...(grammar ? { grammar } : {}),
       });
       const id = completionId();
       const created = unixSeconds();

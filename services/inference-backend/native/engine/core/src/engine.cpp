@@ -46,6 +46,7 @@ Engine::Engine(ModelBackend& backend, const EngineConfig& config)
       scheduler_({config_.max_num_batched_tokens, config_.max_num_seqs, config_.max_model_len}, blocks_),
       sampler_(vocab_size_, backend.config().eos_token_ids),
       device_sampling_(backend.samples_on_device()),
+      mask_words_((static_cast<size_t>(backend.config().vocab_size) + 31) / 32),
       seed_source_(std::random_device{}()) {
   static_assert(kMaxLogprobs == kMaxSampledTop, "a device sampler returns up to kMaxLogprobs top entries");
   backend_.allocate_kv(config_.num_blocks, config_.block_size);
@@ -132,13 +133,31 @@ StepOutput Engine::step() {
       out.scheduled.push_back(seq->request_id);
     }
     for (const CopyRequest& c : step.copies) backend_.copy_block(c.src, c.dst);
-    if (device_sampling_) {
-      fill_sampling(step);
-      backend_.forward_sample(step.batch, sampling_, sampled_);
-    } else {
-      const size_t rows = static_cast<size_t>(step.num_logits) * static_cast<size_t>(vocab_size_);
-      if (logits_.size() < rows) logits_.resize(rows);
-      backend_.forward(step.batch, logits_.data());
+    // Constrained sequences' masks are computed while the forward runs. A step with any is
+    // sampled here on the host, where the masks are (the device sampler takes none yet).
+    masked_.clear();
+    for (size_t i = 0; i < step.seqs.size(); ++i) {
+      if (step.batch.seqs[i].want_logits && step.seqs[i]->constraint) masked_.push_back(step.seqs[i]);
+    }
+    if (!masked_.empty()) mask_worker_.start(masked_, mask_words_);
+    sampled_on_device_ = device_sampling_ && masked_.empty();
+    try {
+      if (sampled_on_device_) {
+        fill_sampling(step);
+        backend_.forward_sample(step.batch, sampling_, sampled_);
+      } else {
+        const size_t rows = static_cast<size_t>(step.num_logits) * static_cast<size_t>(vocab_size_);
+        if (logits_.size() < rows) logits_.resize(rows);
+        backend_.forward(step.batch, logits_.data());
+      }
+    } catch (...) {
+      if (!masked_.empty()) mask_worker_.wait();  // it reads the sequences: let it finish first
+      throw;
+    }
+    if (!masked_.empty()) {
+      counters_.constraint_wait_seconds += static_cast<double>(mask_worker_.wait()) * 1e-9;
+      counters_.constraint_masks = mask_worker_.masks();
+      counters_.constraint_mask_seconds = static_cast<double>(mask_worker_.compute_ns()) * 1e-9;
     }
     scheduler_.on_forward_done();
     postprocess(step, out);
@@ -169,6 +188,7 @@ void Engine::drain_inbox(StepOutput& out) {
     if (!seq->params.seed) seq->rng = Rng(seed_source_());
     seq->priority = r.priority;
     seq->tenant_salt = r.tenant_salt;
+    seq->constraint = std::move(r.constraint);
     seq->arrival = next_arrival_++;
     scheduler_.add(*seq);
     seqs_.emplace(r.id, std::move(seq));
@@ -181,7 +201,7 @@ void Engine::postprocess(const ScheduledStep& step, StepOutput& out) {
   for (size_t i = 0; i < step.seqs.size(); ++i) {
     if (!step.batch.seqs[i].want_logits) continue;
     Sequence& seq = *step.seqs[i];
-    if (device_sampling_) {
+    if (sampled_on_device_) {
       const SampledRow& r = sampled_.rows[static_cast<size_t>(row)];
       sample_.token = r.token;
       sample_.logprob = r.logprob;
@@ -196,7 +216,8 @@ void Engine::postprocess(const ScheduledStep& step, StepOutput& out) {
       sampler_.sample(seq, logits, sample_);
     }
     seq.append_token(sample_.token);
-    const FinishReason reason = stop_reason(seq, sample_.token);
+    FinishReason reason = stop_reason(seq, sample_.token);
+    if (seq.constraint) reason = commit_constraint(seq, sample_.token, reason);
 
     TokenEvent ev{seq.request_id, sample_.token, reason, seq.params.logprobs >= 0, sample_.logprob,
                   static_cast<int32_t>(out.top_logprobs.size()), static_cast<int32_t>(sample_.top.size())};
@@ -258,6 +279,16 @@ void Engine::add_sampling_row(Sequence& seq) {
     r.mask_stop_ids = r.stop_count > 0 ? 1 : 0;
   }
   sampling_.rows.push_back(r);
+}
+
+FinishReason Engine::commit_constraint(Sequence& seq, int32_t token, FinishReason reason) {
+  // The sampler drew from the mask, so the constraint takes the token unless its mask failed.
+  if (!seq.mask_ok || !seq.constraint->commit(token)) {
+    ++counters_.constraint_errors;
+    return FinishReason::kAbort;
+  }
+  if (reason == FinishReason::kNone && seq.constraint->is_stopped()) return FinishReason::kStop;
+  return reason;
 }
 
 // Order as vLLM: eos, then stop ids, then length. min_tokens needs no check here: the sampler

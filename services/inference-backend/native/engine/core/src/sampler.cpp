@@ -1,6 +1,7 @@
 #include "strata/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -74,7 +75,37 @@ void Sampler::mask_stops(const SamplingParams& p, float* x) const {
   }
 }
 
-// Penalties and stop masks, then greedy or temperature, top_k, top_p, min_p and a draw; then
+void Sampler::apply_constraint(const uint32_t* allowed, float* x) const {
+  const int32_t words = (vocab_size_ + 31) / 32;
+  for (int32_t w = 0; w < words; ++w) {
+    const uint32_t bits = allowed[w];
+    if (bits == ~0u) continue;
+    const int32_t base = w * 32;
+    const int32_t end = std::min(base + 32, vocab_size_);
+    for (int32_t t = base; t < end; ++t) {
+      if (((bits >> (t - base)) & 1u) == 0) x[t] = kNegInf;
+    }
+  }
+}
+
+bool Sampler::allows_non_stop(const SamplingParams& p, const uint32_t* allowed) {
+  int64_t n = 0;
+  const int32_t words = (vocab_size_ + 31) / 32;
+  for (int32_t w = 0; w < words; ++w) n += std::popcount(allowed[w]);
+  const uint32_t e = next_epoch();
+  auto drop = [&](int32_t t) {
+    if (t < 0 || t >= vocab_size_ || seen_[t] == e) return;
+    seen_[t] = e;
+    if (mask_allows(allowed, t)) --n;
+  };
+  for (int32_t t : p.stop_token_ids) drop(t);
+  if (!p.ignore_eos) {
+    for (int32_t t : eos_) drop(t);
+  }
+  return n > 0;
+}
+
+// Penalties, the constraint's mask and stop masks, then greedy or temperature, top_k, top_p, min_p and a draw; then
 // the logprobs, raw (of the logits as they came) or processed (of the distribution drawn from).
 void Sampler::sample(Sequence& seq, float* x, SampleResult& out) {
   const SamplingParams& p = seq.params;
@@ -82,11 +113,16 @@ void Sampler::sample(Sequence& seq, float* x, SampleResult& out) {
   const bool raw_logprobs = p.logprobs >= 0 && !p.processed_logprobs;
   if (raw_logprobs) raw_.assign(x, x + vocab_size_);
   apply_penalties(seq, x);
-  if (seq.num_output_tokens() < p.min_tokens) mask_stops(p, x);
+  const uint32_t* allowed = seq.constraint && seq.mask_ok ? seq.allowed.data() : nullptr;
+  if (allowed != nullptr) apply_constraint(allowed, x);
+  if (seq.num_output_tokens() < p.min_tokens && (allowed == nullptr || allows_non_stop(p, allowed))) {
+    mask_stops(p, x);
+  }
   out.top.clear();
 
   const bool greedy = p.temperature < kGreedyTemperature;
-  // Every token masked (only when all are stop ids under min_tokens) gives token 0.
+  // Every token masked (only when all are stop ids under min_tokens, or a constraint's mask came
+  // back empty, which its commit then reports) gives token 0.
   if ((greedy && !(p.logprobs >= 0 && p.processed_logprobs)) ||
       !collect_candidates(x, greedy ? 1.0f : 1.0f / p.temperature)) {
     out.token = greedy ? std::max(argmax(x), 0) : 0;

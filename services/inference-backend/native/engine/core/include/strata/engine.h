@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "strata/block_manager.h"
+#include "strata/mask_worker.h"
 #include "strata/model_backend.h"
 #include "strata/sampler.h"
 #include "strata/scheduler.h"
@@ -41,6 +42,10 @@ struct Request {
   SamplingParams params;
   int32_t priority = 0;      // lower = more urgent
   uint64_t tenant_salt = 0;  // requests share prefix-cache blocks only with an equal salt
+  // Structured output: every sampled token must be one this allows (constraint.h); the request
+  // finishes with kStop when the grammar is complete. Null: unconstrained. Never share one between
+  // two live requests: it is the state of one output.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 struct TokenEvent {
@@ -91,6 +96,13 @@ struct EngineStats {
   int64_t finished_length = 0;
   int64_t finished_abort = 0;
   int64_t finished_timeout = 0;
+  // Structured output: masks computed, the time computing them (on the mask thread, overlapped
+  // with the forward pass), the time steps waited for them after the forward, and sequences
+  // ended because their constraint failed (finished as kAbort; expected to stay 0).
+  int64_t constraint_masks = 0;
+  double constraint_mask_seconds = 0.0;
+  double constraint_wait_seconds = 0.0;
+  int64_t constraint_errors = 0;
 };
 
 class Engine {
@@ -131,6 +143,9 @@ class Engine {
 
   void drain_inbox(StepOutput& out);
   void postprocess(const ScheduledStep& step, StepOutput& out);
+  // The sampled token to the sequence's constraint; kStop once its grammar is complete, kAbort
+  // (counted in constraint_errors) if the constraint fails.
+  FinishReason commit_constraint(Sequence& seq, int32_t token, FinishReason reason);
   // One SamplingRow (plus penalty entries and stop ids) per slice with want_logits.
   void fill_sampling(const ScheduledStep& step);
   void add_sampling_row(Sequence& seq);
@@ -151,6 +166,10 @@ class Engine {
   std::vector<float> logits_;  // (rows, vocab_size); grows to the largest step seen
   SampleResult sample_;
   const bool device_sampling_;
+  bool sampled_on_device_ = false;  // this step's tokens came from forward_sample
+  MaskWorker mask_worker_;
+  std::vector<Sequence*> masked_;  // this step's constrained sequences that sample a token
+  const size_t mask_words_;
   SamplingBatch sampling_;
   SampledBatch sampled_;
   std::vector<uint32_t> entry_stamp_;  // (vocab) penalty-entry scratch: the row that last saw each token

@@ -1,4 +1,4 @@
-// Turns one sequence's next-token logits into a token: penalties, min_tokens masking,
+// Turns one sequence's next-token logits into a token: penalties, a constraint's mask, min_tokens masking,
 // temperature, top-k -> top-p -> min-p truncation, then one draw from the sequence's own Rng.
 #pragma once
 
@@ -42,6 +42,11 @@ class Sampler {
  private:
   void apply_penalties(const Sequence& seq, float* logits);
   void mask_stops(const SamplingParams& params, float* logits) const;
+  // Structured output: tokens the sequence's constraint disallows -> -inf.
+  void apply_constraint(const uint32_t* allowed, float* logits) const;
+  // Whether the constraint allows a token that is not a stop id (nor eos, unless ignore_eos):
+  // min_tokens may only mask stops while something else remains.
+  bool allows_non_stop(const SamplingParams& params, const uint32_t* allowed);
   // The steps of sample(), in order. Candidates are cand_ (token ids) over `logits`.
   int32_t argmax(const float* logits) const;
   // Scales every finite logit by inv_temperature into cand_; false when every token is masked.

@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
+#include "strata/constraint.h"
 #include "strata/rng.h"
 #include "strata/sampling_params.h"
 
@@ -60,6 +62,12 @@ struct Sequence {
   uint64_t scheduled_step = 0;
   // Owned by Engine: set the first time a step batches this sequence (StepOutput::scheduled).
   bool ever_scheduled = false;
+  // Structured output: the grammar's state (null when unconstrained), and the allowed set of the
+  // next token as the mask thread last computed it (ceil(vocab / 32) words; mask_ok false when
+  // that computation failed).
+  std::shared_ptr<TokenConstraint> constraint;
+  std::vector<uint32_t> allowed;
+  bool mask_ok = false;
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

@@ -1,0 +1,248 @@
+// Structured output on the default model (SmolLM2-135M-Instruct Q4_1, the real engine behind a
+// real backend on port 0) through the official `openai` client and /v1/generate: every
+// constrained output parses and validates against its schema (fixed schemas, and random ones
+// from a seeded generator), regex and choice constraints hold, bad constraints are 400s that
+// name the problem before anything is queued, and an object cut by max_tokens says "length".
+import OpenAI from 'openai';
+import { zodResponseFormat } from 'openai/helpers/zod';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { startBackend, type TestBackend } from './support/backend.js';
+import { smollm2Gguf } from './support/models.js';
+
+const smol = smollm2Gguf();
+const MODEL = 'SmolLM2-135M-Instruct.Q4_1';
+
+/** A small seeded generator (mulberry32): the same schemas on every run. */
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** A random zod schema with bounded sizes, so that a 135M model's output ends within max_tokens. */
+function randomSchema(next: () => number, depth = 0): z.ZodType {
+  const pick = Math.floor(next() * (depth >= 2 ? 5 : 7));
+  switch (pick) {
+    case 0:
+      return z.string().max(1 + Math.floor(next() * 12));
+    case 1:
+      return z
+        .number()
+        .int()
+        .min(-5)
+        .max(5 + Math.floor(next() * 100));
+    case 2:
+      return z.boolean();
+    case 3:
+      return z.enum(
+        ['red', 'green', 'blue', 'cyan'].slice(0, 2 + Math.floor(next() * 3)) as [string, ...string[]],
+      );
+    case 4:
+      return z.null();
+    case 5:
+      return z.array(randomSchema(next, depth + 1)).max(1 + Math.floor(next() * 2));
+    default: {
+      const shape: Record<string, z.ZodType> = {};
+      const n = 1 + Math.floor(next() * 3);
+      for (let i = 0; i < n; i++) shape[`k${i}`] = randomSchema(next, depth + 1);
+      return z.strictObject(shape);
+    }
+  }
+}
+
+const Person = z.strictObject({
+  name: z.string().max(20),
+  age: z.number().int().min(0).max(120),
+  pets: z.array(z.enum(['cat', 'dog', 'fish'])).max(3),
+});
+
+describe.skipIf(!smol.path)(`structured output on SmolLM2-135M-Instruct${smol.skipped}`, () => {
+  let backend: TestBackend;
+  let client: OpenAI;
+  beforeAll(async () => {
+    backend = await startBackend({
+      STRATA_WARMUP: 'false',
+      STRATA_MODEL_DIR: smol.path as string,
+      STRATA_MAX_MODEL_LEN: '1024',
+    });
+    client = new OpenAI({ baseURL: `${backend.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+  }, 60_000);
+  afterAll(async () => {
+    await backend?.close();
+  });
+
+  const post = (path: string, body: unknown) =>
+    fetch(`${backend.url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+
+  it("parses into a zod schema with the openai client's chat.completions.parse", async () => {
+    const r = await client.chat.completions.parse({
+      model: MODEL,
+      messages: [{ role: 'user', content: 'Describe a person called Ann who has a cat, as JSON.' }],
+      response_format: zodResponseFormat(Person, 'person'),
+      temperature: 0,
+      max_tokens: 120,
+    });
+    const choice = r.choices[0];
+    expect(choice?.finish_reason).toBe('stop');
+    expect(Person.parse(choice?.message.parsed)).toEqual(choice?.message.parsed);
+  }, 60_000);
+
+  it('keeps random schemas: every output parses and validates', async () => {
+    const next = rng(20261125);
+    for (let i = 0; i < 6; i++) {
+      const schema = z.strictObject({ value: randomSchema(next) });
+      const r = await client.chat.completions.create({
+        model: MODEL,
+        messages: [{ role: 'user', content: 'Give an example value as JSON.' }],
+        response_format: {
+          type: 'json_schema',
+          json_schema: { name: `random_${i}`, schema: z.toJSONSchema(schema), strict: true },
+        },
+        temperature: 1,
+        seed: i,
+        max_tokens: 200,
+      });
+      const choice = r.choices[0];
+      const content = choice?.message.content ?? '';
+      expect(choice?.finish_reason, `schema ${i}: ${content}`).toBe('stop');
+      const parsed = schema.safeParse(JSON.parse(content));
+      expect(parsed.success, `schema ${i}: ${content} ${JSON.stringify(z.toJSONSchema(schema))}`).toBe(true);
+    }
+  }, 240_000);
+
+  it('streams a json_object answer whose chunks join into one JSON object', async () => {
+    const stream = await client.chat.completions.create({
+      model: MODEL,
+      messages: [
+        { role: 'user', content: 'Reply with a JSON object whose one key, "greeting", says hello.' },
+      ],
+      response_format: { type: 'json_object' },
+      temperature: 0,
+      max_tokens: 300,
+      stream: true,
+    });
+    let text = '';
+    let finish: string | null | undefined;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta?.content ?? '';
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+    }
+    expect(finish, text).toBe('stop');
+    const value = JSON.parse(text) as unknown;
+    expect(typeof value === 'object' && value !== null && !Array.isArray(value)).toBe(true);
+  }, 60_000);
+
+  it('holds a regex and a choice list on /v1/generate, and a choice on /v1/completions', async () => {
+    const date = await post('/v1/generate', {
+      prompt: 'The date today is',
+      max_tokens: 30,
+      temperature: 1,
+      seed: 3,
+      constraint: { regex: ' 20[0-9]{2}-(0[1-9]|1[0-2])-[0-2][0-9]' },
+    });
+    expect(date.status).toBe(200);
+    const d = (await date.json()) as { text: string; finish_reason: string };
+    expect(d.text).toMatch(/^ 20[0-9]{2}-(0[1-9]|1[0-2])-[0-2][0-9]$/);
+    expect(d.finish_reason).toBe('stop');
+
+    const choices = ['yes', 'no', 'it says "maybe"\n'];
+    const pick = await post('/v1/generate', {
+      prompt: 'Is the sky blue? Answer:',
+      max_tokens: 20,
+      temperature: 1,
+      seed: 5,
+      constraint: { choice: choices },
+    });
+    const p = (await pick.json()) as { text: string; finish_reason: string };
+    expect(choices).toContain(p.text);
+    expect(p.finish_reason).toBe('stop');
+
+    const completion = await client.completions.create({
+      model: MODEL,
+      prompt: 'Is water wet? Answer:',
+      max_tokens: 10,
+      temperature: 0,
+      // vLLM's field, as its clients send it in extra_body.
+      ...({ guided_choice: [' yes', ' no'] } as object),
+    });
+    expect([' yes', ' no']).toContain(completion.choices[0]?.text);
+  }, 60_000);
+
+  it('ends a constrained object cut by max_tokens with finish_reason length', async () => {
+    const r = await client.chat.completions.create({
+      model: MODEL,
+      messages: [{ role: 'user', content: 'Describe a person as JSON.' }],
+      response_format: zodResponseFormat(Person, 'person'),
+      temperature: 0,
+      max_tokens: 4,
+    });
+    expect(r.choices[0]?.finish_reason).toBe('length');
+    expect(() => JSON.parse(r.choices[0]?.message.content ?? '')).toThrow();
+  }, 60_000);
+
+  it.each([
+    [
+      'an unsupported keyword',
+      {
+        response_format: {
+          type: 'json_schema',
+          json_schema: { name: 's', schema: { type: 'array', uniqueItems: true } },
+        },
+      },
+      /response_format: Unimplemented keys: \["uniqueItems"\]/,
+    ],
+    [
+      'an unsatisfiable schema',
+      {
+        response_format: {
+          type: 'json_schema',
+          json_schema: { name: 's', schema: { type: 'integer', minimum: 5, maximum: 1 } },
+        },
+      },
+      /Unsatisfiable schema: minimum \(5\) is greater than maximum \(1\)/,
+    ],
+    ['a regex that does not parse', { structured_outputs: { regex: '([0-9]' } }, /structured_outputs: /],
+    ['a grammar with an undefined rule', { guided_grammar: 'start: foo' }, /guided_grammar: /],
+    ['a schema string that is not JSON', { guided_json: '{"type": ' }, /guided_json is not valid JSON/],
+    [
+      'two constraints at once',
+      { response_format: { type: 'json_object' }, guided_regex: '[0-9]+' },
+      /only one constraint per request: got response_format and guided_regex/,
+    ],
+  ])('refuses %s with a 400 that names it', async (_what, fields, message) => {
+    const before = backend.host.get().engine.stats().numSteps;
+    const response = await post('/v1/chat/completions', {
+      model: MODEL,
+      messages: [{ role: 'user', content: 'hi' }],
+      max_tokens: 5,
+      ...fields,
+    });
+    expect(response.status).toBe(400);
+    const body = (await response.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe('STRATA_INVALID_GRAMMAR');
+    expect(body.error.message).toMatch(message);
+    expect(backend.host.get().engine.stats().numSteps).toBe(before); // nothing ran
+  });
+
+  it('refuses a bad constraint field shape in the request schema', async () => {
+    const response = await post('/v1/generate', { prompt: 'x', constraint: { regex: 'a', choice: ['b'] } });
+    expect(response.status).toBe(400);
+    expect(await response.text()).toMatch(/exactly one of json, regex, choice, grammar or json_object/);
+  });
+
+  it('never failed a constraint: the engine counts no constraint errors', () => {
+    const stats = backend.host.get().engine.stats();
+    expect(stats.constraintMasks).toBeGreaterThan(0);
+    expect(stats.constraintErrors).toBe(0);
+  });
+});
