@@ -118,16 +118,64 @@ export const chatContentPartSchema = z.looseObject({
   text: z.string(),
 });
 
-export const chatMessageSchema = z.looseObject({
-  role: z.enum(['system', 'user', 'assistant'], {
-    error: "role must be 'system', 'user' or 'assistant'",
-  }),
-  content: z.union([z.string(), z.array(chatContentPartSchema)], {
-    error: "content must be a string or a list of {type: 'text', text} parts",
-  }),
-  name: z.string().optional(),
+/** A tool call as OpenAI writes it in an assistant message (arguments: a JSON text). */
+export const toolCallSchema = z.looseObject({
+  id: z.string().min(1),
+  type: z.literal('function', { error: "a tool call's type must be 'function'" }),
+  function: z.looseObject({ name: z.string().min(1), arguments: z.string() }),
 });
+export type ToolCall = z.output<typeof toolCallSchema>;
+
+export const chatMessageSchema = z
+  .looseObject({
+    role: z.enum(['system', 'user', 'assistant', 'tool'], {
+      error: "role must be 'system', 'user', 'assistant' or 'tool'",
+    }),
+    /** Absent or null only on an assistant message that holds tool_calls. */
+    content: z
+      .union([z.string(), z.array(chatContentPartSchema)], {
+        error: "content must be a string or a list of {type: 'text', text} parts",
+      })
+      .nullable()
+      .optional(),
+    name: z.string().optional(),
+    /** An assistant message's calls of the request's tools. */
+    tool_calls: z.array(toolCallSchema).optional(),
+    /** A tool message: the id of the call it answers. */
+    tool_call_id: z.string().optional(),
+  })
+  .superRefine((m, ctx) => {
+    if ((m.content === undefined || m.content === null) && !(m.role === 'assistant' && m.tool_calls?.length)) {
+      ctx.addIssue({ code: 'custom', message: 'content is required, except on an assistant message with tool_calls' });
+    }
+    if (m.role === 'tool' && m.tool_call_id === undefined) {
+      ctx.addIssue({ code: 'custom', message: 'a tool message needs the tool_call_id of the call it answers' });
+    }
+  });
 export type ChatMessageInput = z.output<typeof chatMessageSchema>;
+
+export const toolSchema = z.looseObject({
+  type: z.literal('function', { error: "a tool's type must be 'function'" }),
+  function: z.looseObject({
+    name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, {
+      error: 'a function name must be 1-64 letters, digits, underscores or dashes',
+    }),
+    description: z.string().optional(),
+    /** A JSON schema of the arguments object; absent: any object. */
+    parameters: z.record(z.string(), z.unknown()).optional(),
+    strict: z.boolean().nullable().optional(),
+  }),
+});
+export type Tool = z.output<typeof toolSchema>;
+
+export const toolChoiceSchema = z.union(
+  [
+    z.enum(['none', 'auto', 'required']),
+    z.looseObject({ type: z.literal('function'), function: z.looseObject({ name: z.string().min(1) }) }),
+  ],
+  { error: "tool_choice must be 'none', 'auto', 'required' or {type: 'function', function: {name}}" },
+);
+export type ToolChoice = z.output<typeof toolChoiceSchema>;
 
 /** POST /v1/chat/completions. */
 export const chatCompletionRequestSchema = z.looseObject({
@@ -143,17 +191,21 @@ export const chatCompletionRequestSchema = z.looseObject({
     add_generation_prompt: z.boolean().default(true),
     /** vLLM: more variables for the chat template. */
     chat_template_kwargs: z.record(z.string(), z.unknown()).optional(),
-    tools: refusedList('tools', 'there is no tool calling'),
-    tool_choice: onlyNone('tool_choice', 'there is no tool calling'),
-    functions: refusedList('functions', 'there is no function calling'),
-    function_call: onlyNone('function_call', 'there is no function calling'),
+    /** Functions the model may call (tool-calls.ts in the backend renders and parses them). */
+    tools: z.array(toolSchema).max(128, { error: 'tools may list at most 128 functions' }).optional(),
+    /** 'auto' when tools are given (the model decides), else 'none'. */
+    tool_choice: toolChoiceSchema.optional(),
+    /** With tool_choice 'required': several calls in one answer (default true). */
+    parallel_tool_calls: z.boolean().optional(),
+    functions: refusedList('functions', "the deprecated functions field; send tools instead"),
+    function_call: onlyNone('function_call', "the deprecated function_call field; send tool_choice instead"),
   }),
 });
 export type ChatCompletionRequest = WithoutNulls<z.output<typeof chatCompletionRequestSchema>>;
 
-// Responses. finish_reason is 'stop' or 'length', or 'abort' for a request cancelled in the
-// engine, as vLLM reports it.
-export const openAiFinishReasonSchema = z.enum(['stop', 'length', 'abort']);
+// Responses. finish_reason is 'stop' or 'length', 'tool_calls' when the answer calls tools, or
+// 'abort' for a request cancelled in the engine, as vLLM reports it.
+export const openAiFinishReasonSchema = z.enum(['stop', 'length', 'abort', 'tool_calls']);
 export type OpenAiFinishReason = z.output<typeof openAiFinishReasonSchema>;
 
 export const openAiUsageSchema = z.object({
@@ -206,7 +258,12 @@ export const chatCompletionResponseSchema = z.object({
   choices: z.array(
     z.object({
       index: z.number().int(),
-      message: z.object({ role: z.literal('assistant'), content: z.string() }),
+      message: z.object({
+        role: z.literal('assistant'),
+        /** null when the answer is only tool calls. */
+        content: z.string().nullable(),
+        tool_calls: z.array(toolCallSchema).optional(),
+      }),
       logprobs: chatLogprobsSchema.nullable(),
       finish_reason: openAiFinishReasonSchema.nullable(),
     }),

@@ -3,8 +3,10 @@
 // constrained output parses and validates against its schema (fixed schemas, and random ones
 // from a seeded generator), regex and choice constraints hold, bad constraints are 400s that
 // name the problem before anything is queued, and an object cut by max_tokens says "length".
+// Tool calling: 'required' and a named function are constrained to the tools' schemas and come
+// back as tool_calls (streamed as tool_calls deltas); the history's calls and results render.
 import OpenAI from 'openai';
-import { zodResponseFormat } from 'openai/helpers/zod';
+import { zodFunction, zodResponseFormat } from 'openai/helpers/zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { startBackend, type TestBackend } from './support/backend.js';
@@ -238,6 +240,189 @@ describe.skipIf(!smol.path)(`structured output on SmolLM2-135M-Instruct${smol.sk
     const response = await post('/v1/generate', { prompt: 'x', constraint: { regex: 'a', choice: ['b'] } });
     expect(response.status).toBe(400);
     expect(await response.text()).toMatch(/exactly one of json, regex, choice, grammar or json_object/);
+  });
+
+  const Weather = z.strictObject({ city: z.string().max(20), unit: z.enum(['celsius', 'fahrenheit']) });
+  const Clock = z.strictObject({ timezone: z.string().max(30) });
+  const tools = [
+    {
+      type: 'function' as const,
+      function: {
+        name: 'get_weather',
+        description: 'The weather in a city',
+        parameters: z.toJSONSchema(Weather) as Record<string, unknown>,
+      },
+    },
+    {
+      type: 'function' as const,
+      function: {
+        name: 'get_time',
+        description: 'The time in a timezone',
+        parameters: z.toJSONSchema(Clock) as Record<string, unknown>,
+      },
+    },
+  ];
+  const ask = [{ role: 'user' as const, content: 'What is the weather in Paris?' }];
+
+  it("answers tool_choice 'required' with calls that name a tool and fit its parameters", async () => {
+    const r = await client.chat.completions.create({
+      model: MODEL,
+      messages: ask,
+      tools,
+      tool_choice: 'required',
+      temperature: 0,
+      max_tokens: 150,
+    });
+    const choice = r.choices[0];
+    expect(choice?.finish_reason).toBe('tool_calls');
+    const calls = choice?.message.tool_calls ?? [];
+    expect(calls.length).toBeGreaterThan(0);
+    for (const call of calls) {
+      if (call.type !== 'function') throw new Error(`unexpected call type ${call.type}`);
+      expect(call.id).toMatch(/^call_/);
+      const args = JSON.parse(call.function.arguments) as unknown;
+      const schema = call.function.name === 'get_weather' ? Weather : Clock;
+      expect(schema.safeParse(args).success, call.function.arguments).toBe(true);
+    }
+  }, 60_000);
+
+  it('calls a named function once, parsed by the openai client (zodFunction), finish_reason stop', async () => {
+    const r = await client.chat.completions.parse({
+      model: MODEL,
+      messages: [{ role: 'user', content: 'What time is it in Tokyo?' }],
+      tools: [
+        zodFunction({ name: 'get_time', parameters: Clock }),
+        zodFunction({ name: 'get_weather', parameters: Weather }),
+      ],
+      tool_choice: { type: 'function', function: { name: 'get_time' } },
+      temperature: 0,
+      max_tokens: 100,
+    });
+    const choice = r.choices[0];
+    expect(choice?.finish_reason).toBe('stop');
+    expect(choice?.message.tool_calls).toHaveLength(1);
+    const call = choice?.message.tool_calls?.[0];
+    if (call?.type !== 'function') throw new Error(`expected a function call, got ${JSON.stringify(call)}`);
+    expect(call.function.name).toBe('get_time');
+    expect(Clock.parse(call.function.parsed_arguments)).toEqual(call.function.parsed_arguments);
+  }, 60_000);
+
+  it('streams tool calls as tool_calls deltas', async () => {
+    const stream = await client.chat.completions.create({
+      model: MODEL,
+      messages: ask,
+      tools,
+      tool_choice: 'required',
+      parallel_tool_calls: false,
+      temperature: 0,
+      max_tokens: 150,
+      stream: true,
+    });
+    const calls: { index: number; id?: string; name?: string; arguments: string }[] = [];
+    let content = '';
+    let finish: string | null | undefined;
+    for await (const chunk of stream) {
+      const delta = chunk.choices[0]?.delta;
+      content += delta?.content ?? '';
+      for (const c of delta?.tool_calls ?? []) {
+        const known = calls[c.index];
+        if (known) known.arguments += c.function?.arguments ?? '';
+        else
+          calls[c.index] = {
+            index: c.index,
+            id: c.id,
+            name: c.function?.name,
+            arguments: c.function?.arguments ?? '',
+          };
+      }
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+    }
+    expect(finish).toBe('tool_calls');
+    expect(content).toBe('');
+    expect(calls).toHaveLength(1);
+    expect(calls[0]?.id).toMatch(/^call_/);
+    expect(['get_weather', 'get_time']).toContain(calls[0]?.name);
+    expect(() => JSON.parse(calls[0]?.arguments ?? '')).not.toThrow();
+  }, 60_000);
+
+  it('renders a history of calls and results, and answers it in text with tool_choice none', async () => {
+    const r = await client.chat.completions.create({
+      model: MODEL,
+      messages: [
+        ...ask,
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [
+            {
+              id: 'call_1',
+              type: 'function',
+              function: { name: 'get_weather', arguments: '{"city":"Paris","unit":"celsius"}' },
+            },
+          ],
+        },
+        { role: 'tool', tool_call_id: 'call_1', content: '{"temperature": 21, "sky": "sunny"}' },
+      ],
+      tools,
+      tool_choice: 'none',
+      temperature: 0,
+      max_tokens: 40,
+    });
+    const choice = r.choices[0];
+    expect(choice?.message.tool_calls ?? []).toHaveLength(0);
+    expect(choice?.message.content?.length).toBeGreaterThan(0);
+  }, 60_000);
+
+  it.each([
+    [
+      'a named function that tools does not list',
+      { tools, tool_choice: { type: 'function', function: { name: 'get_stock' } } },
+      'STRATA_INVALID_REQUEST',
+      /tool_choice names the function 'get_stock', which tools does not list \(it lists get_weather, get_time\)/,
+    ],
+    ['a tool_choice without tools', { tool_choice: 'required' }, 'STRATA_INVALID_REQUEST', /needs tools/],
+    [
+      'a function listed twice',
+      { tools: [tools[0], tools[0]] },
+      'STRATA_INVALID_REQUEST',
+      /the function name 'get_weather' is given twice/,
+    ],
+    [
+      'parameters with an unsupported keyword',
+      {
+        tools: [
+          { type: 'function', function: { name: 'f', parameters: { type: 'array', uniqueItems: true } } },
+        ],
+        tool_choice: 'required',
+      },
+      'STRATA_INVALID_GRAMMAR',
+      /tools: .*Unimplemented keys: \["uniqueItems"\]/,
+    ],
+    [
+      'a required tool call and a response_format at once',
+      { tools, tool_choice: 'required', response_format: { type: 'json_object' } },
+      'STRATA_INVALID_GRAMMAR',
+      /only one constraint per request: got response_format and tools/,
+    ],
+    [
+      'a tool message without the id of its call',
+      { messages: [{ role: 'tool', content: 'x' }] },
+      'STRATA_INVALID_REQUEST',
+      /a tool message needs the tool_call_id/,
+    ],
+  ])('refuses %s with a 400 that names it', async (_what, fields, code, message) => {
+    const before = backend.host.get().engine.stats().numSteps;
+    const response = await post('/v1/chat/completions', {
+      model: MODEL,
+      messages: ask,
+      max_tokens: 5,
+      ...fields,
+    });
+    expect(response.status).toBe(400);
+    const body = (await response.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe(code);
+    expect(body.error.message).toMatch(message);
+    expect(backend.host.get().engine.stats().numSteps).toBe(before);
   });
 
   it('never failed a constraint: the engine counts no constraint errors', () => {

@@ -12,6 +12,10 @@ import type { ModelFiles } from './model-files.js';
 export interface ChatMessage {
   role: string;
   content: string;
+  /** An assistant turn's tool calls, as transformers' templates read them (arguments: an object). */
+  tool_calls?: { type: 'function'; function: { name: string; arguments: unknown } }[];
+  /** A tool turn: the call it answers. */
+  tool_call_id?: string;
 }
 
 export interface RenderOptions {

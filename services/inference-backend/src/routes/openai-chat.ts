@@ -1,20 +1,23 @@
 // POST /v1/chat/completions (OpenAI-compatible, as vLLM serves it): the messages rendered with
 // the model's chat template (tokenizer_config.json), then generated like a completion. JSON, or
-// SSE chunks (the first carries delta.role 'assistant') then [DONE].
+// SSE chunks (the first carries delta.role 'assistant') then [DONE]. Tools and tool calls are
+// tool-calls.ts's; response_format and vLLM's structured-output fields constrain the answer.
 import {
   type ChatCompletionRequest,
   type ChatCompletionResponse,
-  type ChatMessageInput,
   chatCompletionRequestSchema,
   chatCompletionResponseSchema,
   checkStreamOptions,
   dropNullFields,
+  type GrammarSpec,
   grammarOf,
+  type OpenAiFinishReason,
+  StrataError,
 } from '@strata/common';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { SseStream } from '../http/sse.js';
 import type { InferenceRuntime } from '../inference/runtime.js';
-import type { ChatMessage, ChatTemplate } from '../model/chat-template.js';
+import type { ChatTemplate } from '../model/chat-template.js';
 import { requestContext } from '../observability/request-context.js';
 import type { OpenAiRouteOptions } from './openai-completions.js';
 import {
@@ -27,6 +30,36 @@ import {
   unixSeconds,
 } from './openai-shared.js';
 import { clientGone, platformFields, samplingParams, stopStrings } from './request-fields.js';
+import {
+  ToolCallParser,
+  type ToolPlan,
+  templateReadsTools,
+  toolGrammar,
+  toolPlan,
+  toolPromptMessages,
+} from './tool-calls.js';
+
+/**
+ * A call-constrained answer that made calls ends with 'tool_calls', except when tool_choice named
+ * the function: OpenAI then says 'stop'.
+ */
+function toolFinishReason(plan: ToolPlan, reason: OpenAiFinishReason): OpenAiFinishReason {
+  return reason === 'stop' && plan.mode !== 'named' ? 'tool_calls' : reason;
+}
+
+/** The request's one constraint: response_format (or vLLM's fields) or its tool choice, not both. */
+function oneGrammar(
+  format: GrammarSpec | undefined,
+  tools: GrammarSpec | undefined,
+): GrammarSpec | undefined {
+  if (format && tools) {
+    throw new StrataError(
+      'STRATA_INVALID_GRAMMAR',
+      `only one constraint per request: got ${format.field} and tools (tool_choice 'required' or a named function)`,
+    );
+  }
+  return format ?? tools;
+}
 
 // One parsed template per loaded runtime (a reload brings a new runtime and a new template).
 const templates = new WeakMap<InferenceRuntime, ChatTemplate>();
@@ -38,14 +71,6 @@ function chatTemplate(runtime: InferenceRuntime): ChatTemplate {
     templates.set(runtime, template);
   }
   return template;
-}
-
-/** Content parts are joined with newlines, as vLLM does for text parts. */
-function templateMessages(messages: readonly ChatMessageInput[]): ChatMessage[] {
-  return messages.map((m) => ({
-    role: m.role,
-    content: typeof m.content === 'string' ? m.content : m.content.map((part) => part.text).join('\n'),
-  }));
 }
 
 /**
@@ -62,11 +87,19 @@ export async function chatPrompt(
   body: Pick<
     ChatCompletionRequest,
     'messages' | 'add_generation_prompt' | 'chat_template_kwargs' | 'max_tokens' | 'max_completion_tokens'
-  >,
+  > &
+    Partial<Pick<ChatCompletionRequest, 'tools' | 'tool_choice' | 'parallel_tool_calls'>>,
+  plan: ToolPlan | undefined = toolPlan(body),
 ): Promise<Int32Array> {
-  const text = chatTemplate(runtime).render(templateMessages(body.messages), {
+  // Content parts are joined with newlines, as vLLM does for text parts.
+  const { messages, variables } = toolPromptMessages(
+    body.messages,
+    plan,
+    templateReadsTools(runtime.files.chatTemplate),
+  );
+  const text = chatTemplate(runtime).render(messages, {
     addGenerationPrompt: body.add_generation_prompt,
-    ...(body.chat_template_kwargs ? { variables: body.chat_template_kwargs } : {}),
+    variables: { ...body.chat_template_kwargs, ...variables },
   });
   const maxTokens = runtime.maxTokens(body.max_completion_tokens ?? body.max_tokens);
   runtime.generator.checkPromptSize(text, maxTokens, { addSpecialTokens: false });
@@ -104,11 +137,12 @@ export const chatRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = async (app,
       const body = request.body as ChatCompletionRequest; // no nulls left: dropNullFields ran first
       runtime.checkModel(body.model);
       checkStreamOptions(body);
-      const prompt = await chatPrompt(runtime, body);
+      const plan = toolPlan(body);
+      const grammar = oneGrammar(grammarOf(body), plan && toolGrammar(plan)); // before any work: a 400
+      const prompt = await chatPrompt(runtime, body, plan);
       const maxTokens = body.max_completion_tokens ?? body.max_tokens;
       const topLogprobs = body.logprobs ? (body.top_logprobs ?? 0) : undefined;
       const sse = body.stream ? new SseStream(reply, options.sseHeartbeatMs) : undefined;
-      const grammar = grammarOf(body); // before any work: two constraints are a 400
       const events = await runtime.start({
         prompt,
         params: samplingParams({ ...body, max_tokens: maxTokens }, topLogprobs),
@@ -125,25 +159,39 @@ export const chatRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = async (app,
       if (!sse) {
         const logprobs = body.logprobs ? new ChatLogprobsBuilder(runtime.tokenizer) : undefined;
         const answer = await collectAnswer(events, logprobs);
+        let message: ChatCompletionResponse['choices'][number]['message'] = {
+          role: 'assistant',
+          content: answer.text,
+        };
+        let finishReason = answer.finishReason;
+        if (plan) {
+          const parser = new ToolCallParser(plan.tools);
+          const found = parser.push(answer.text);
+          const content = found.content + parser.finish().content;
+          if (found.calls.length > 0) {
+            message = {
+              role: 'assistant',
+              content: content === '' ? null : content,
+              tool_calls: found.calls,
+            };
+            finishReason = toolFinishReason(plan, finishReason);
+          }
+        }
         const out: ChatCompletionResponse = {
           id,
           object: 'chat.completion',
           created,
           model,
-          choices: [
-            {
-              index: 0,
-              message: { role: 'assistant', content: answer.text },
-              logprobs: logprobs?.value ?? null,
-              finish_reason: answer.finishReason,
-            },
-          ],
+          choices: [{ index: 0, message, logprobs: logprobs?.value ?? null, finish_reason: finishReason }],
           usage: answer.usage,
         };
         return out;
       }
 
       const includeUsage = body.stream_options?.include_usage === true;
+      const tools = plan ? new ToolCallParser(plan.tools) : undefined;
+      let callIndex = 0;
+      let sawCalls = false;
       const chunk = (choice: Record<string, unknown>) => ({
         id,
         object: 'chat.completion.chunk',
@@ -165,11 +213,21 @@ export const chatRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = async (app,
               builder.add(token);
               logprobs = builder.value;
             }
-            return chunk({
-              delta: { content: text },
-              logprobs,
-              finish_reason: done ? openAiFinishReason(done.finishReason) : null,
-            });
+            let delta: Record<string, unknown> = { content: text };
+            let finish = done ? openAiFinishReason(done.finishReason) : null;
+            if (tools) {
+              const step = tools.push(text);
+              if (done) step.content += tools.finish().content;
+              const calls = step.calls.map((call) => ({ index: callIndex++, ...call }));
+              delta = {
+                ...(step.content !== '' ? { content: step.content } : {}),
+                ...(calls.length > 0 ? { tool_calls: calls } : {}),
+              };
+              if (calls.length > 0) sawCalls = true;
+              if (finish && sawCalls && plan) finish = toolFinishReason(plan, finish);
+              if (!done && !logprobs && Object.keys(delta).length === 0) return undefined;
+            }
+            return chunk({ delta, logprobs, finish_reason: finish });
           },
           usage: (usage) => ({ id, object: 'chat.completion.chunk', created, model, choices: [], usage }),
         },

@@ -111,7 +111,10 @@ function streamFailure(err: unknown): StrataError {
 export interface ChunkWriter {
   /** A chunk sent as soon as the stream opens (chat: delta.role 'assistant'). */
   opening?(): unknown;
-  /** A chunk for a token (or for the tail text and the finish reason when `done` is set). */
+  /**
+   * A chunk for a token (or for the tail text and the finish reason when `done` is set);
+   * undefined sends nothing for this token (text held back, e.g. a tool call still open).
+   */
   delta(text: string, token: TextToken | undefined, done: TextDone | undefined): unknown;
   /** The usage chunk (choices: []), sent last when stream_options.include_usage. */
   usage(usage: OpenAiUsage): unknown;
@@ -134,8 +137,10 @@ export async function streamChunks(
     if (writer.opening) await sse.send(writer.opening());
     for await (const event of events) {
       if (event.type === 'token') {
-        if (event.text !== '' || options.everyToken)
-          await sse.send(writer.delta(event.text, event, undefined));
+        if (event.text !== '' || options.everyToken) {
+          const chunk = writer.delta(event.text, event, undefined);
+          if (chunk !== undefined) await sse.send(chunk);
+        }
       } else {
         await sse.send(writer.delta(event.text, undefined, event));
         if (options.includeUsage) await sse.send(writer.usage(openAiUsage(event)));
