@@ -150,9 +150,37 @@ describe('services/inference-backend/Dockerfile', () => {
     expect(cmake).toMatch(/set\(STRATA_CUDA_ARCHS "80;89;90"/);
   });
 
+  it('builds structured output in: cargo from a Rust stage at least 1.87, and a build that fails without it', () => {
+    const rust = stages.find((s) => s.name === 'rust') as Stage;
+    const [, minor] = /^rust:1\.(\d+)-slim$/.exec(rust.image) ?? [];
+    expect(Number(minor)).toBeGreaterThanOrEqual(87);
+    const build = stages.find((s) => s.name === 'build') as Stage;
+    expect(find(build, 'COPY').some((c) => c.args === '--from=rust /usr/local/cargo /usr/local/cargo')).toBe(
+      true,
+    );
+    const env = find(build, 'ENV')
+      .map((e) => e.args)
+      .join(' ');
+    expect(env).toContain('PATH=/usr/local/cargo/bin:$PATH');
+    expect(env).toContain('STRATA_REQUIRE_GRAMMAR=1');
+  });
+
   it('puts strata-warmup on PATH for the warmup Job', () => {
     const final = stages.at(-1) as Stage;
     expect(find(final, 'COPY').some((c) => c.args.includes('/usr/local/bin/strata-warmup'))).toBe(true);
+  });
+
+  it('carries strata-fetch-model for the fetch-model init container, installing nothing at run time', () => {
+    const build = stages.find((s) => s.name === 'build') as Stage;
+    const final = stages.at(-1) as Stage;
+    expect(find(build, 'RUN').some((r) => r.args.includes('strata-fetch-model:fetch-model'))).toBe(true);
+    expect(find(final, 'COPY').some((c) => c.args.includes('/usr/local/bin/strata-fetch-model'))).toBe(true);
+    // The downloader's S3 client is a production dependency, so `pnpm deploy --prod` ships it.
+    const pkg = JSON.parse(readFileSync(join(repoRoot, 'services/inference-backend/package.json'), 'utf8'));
+    expect(pkg.dependencies['@aws-sdk/client-s3']).toBeDefined();
+    expect(pkg.bin['strata-fetch-model']).toBe('./bin/strata-fetch-model.js');
+    // No pip, no package manager in the runtime stage.
+    expect(find(final, 'RUN').filter((r) => /pip|apt-get|npm|pnpm/.test(r.args))).toEqual([]);
   });
 });
 

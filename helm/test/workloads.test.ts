@@ -140,6 +140,16 @@ describe.each([
         expect(c.securityContext.readOnlyRootFilesystem, where).toBe(true);
         expect(c.securityContext.allowPrivilegeEscalation, where).toBe(false);
         expect(c.securityContext.capabilities.drop, where).toEqual(['ALL']);
+        // The one exception: a node cache directory is created root-owned, so the backend's
+        // cache-permissions init container chowns the model's directory as root with CHOWN alone
+        // (backend.modelCache.prepare: false drops it where the nodes prepare the directory).
+        if (c.name === 'cache-permissions') {
+          expect(c.securityContext.capabilities.add, where).toEqual(['CHOWN']);
+          expect(c.command.slice(0, 2), where).toEqual(['/bin/sh', '-c']);
+          expect(c.volumeMounts, where).toEqual([{ name: 'models', mountPath: '/models' }]);
+          continue;
+        }
+        expect(c.securityContext.capabilities.add, where).toBeUndefined();
         expect(c.securityContext.runAsUser ?? 1, where).not.toBe(0);
       }
     }
@@ -292,7 +302,7 @@ describe('values that must not render', () => {
         'models[0].engineBackend=cuda',
         'models[0].path=m',
         'models[0].volume.type=emptyDir',
-        'models[0].download.enabled=false',
+        'models[0].source.uri=',
         'models[0].resources.requests.cpu=1',
         'models[0].terminationGracePeriodSeconds=60',
       ],

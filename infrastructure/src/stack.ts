@@ -13,6 +13,7 @@ import { clusterAutoscalerPolicy } from './cluster/autoscaler-policy.js';
 import { StrataCluster } from './cluster/eks.js';
 import { managedPolicy } from './cluster/iam.js';
 import { IrsaRole } from './cluster/irsa.js';
+import { modelReaderPolicy } from './cluster/model-reader-policy.js';
 import { StrataNodeGroups } from './cluster/node-groups.js';
 import type { InfraConfig } from './config/schema.js';
 import { Karpenter } from './karpenter/karpenter.js';
@@ -68,7 +69,7 @@ export class StrataEksStack extends TerraformStack {
           policyArns: [managedPolicy('service-role/AmazonEBSCSIDriverPolicy')],
         })
       : undefined;
-    const { clusterAutoscaler, router } = config.irsa;
+    const { clusterAutoscaler, router, modelReader } = config.irsa;
     if (clusterAutoscaler.enabled) {
       irsa('cluster-autoscaler', {
         roleName: `${name}-cluster-autoscaler`,
@@ -84,6 +85,15 @@ export class StrataEksStack extends TerraformStack {
         namespace: router.namespace,
         serviceAccount: router.serviceAccount,
         policyArns: router.policyArns,
+      });
+    }
+
+    if (modelReader.enabled && modelReader.bucket) {
+      irsa('model-reader', {
+        roleName: `${name}-model-reader`,
+        namespace: modelReader.namespace,
+        serviceAccount: modelReader.serviceAccount,
+        inlinePolicy: modelReaderPolicy(modelReader.bucket, modelReader.prefix),
       });
     }
 

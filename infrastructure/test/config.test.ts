@@ -49,12 +49,19 @@ describe('infrastructure configuration', () => {
       'eks-pod-identity-agent',
     ]);
     expect(config.irsa.router.enabled).toBe(false);
+    expect(config.irsa.modelReader).toEqual({
+      enabled: false,
+      namespace: 'strata',
+      serviceAccount: 'strata-backend',
+      prefix: '',
+    });
     expect(config.irsa.clusterAutoscaler).toMatchObject({ enabled: false, namespace: 'kube-system' });
     expect(config.loadBalancerController).toEqual({ enabled: true, chartVersion: '3.5.0' });
     expect(config.karpenter).toEqual({
       enabled: true,
       chartVersion: '1.14.1',
       amiVersions: { al2023: 'latest', bottlerocket: 'latest' },
+      gpuInstanceStorePolicy: 'RAID0',
       gpuConsolidateAfter: '15m',
       systemPool: { enabled: true, maxCpu: 64, consolidateAfter: '5m' },
     });

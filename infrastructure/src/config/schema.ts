@@ -171,6 +171,27 @@ export const infraConfigSchema = z
         // each launch capacity for the same pending pods.
         clusterAutoscaler: serviceAccountRole('kube-system', 'cluster-autoscaler', false),
         router: serviceAccountRole('strata', 'strata-router', false),
+        /**
+         * Read-only access to the model bucket for the backends' fetch-model init container
+         * (models[].source s3://...): s3:ListBucket on the bucket, s3:GetObject under the prefix.
+         * The chart's backend ServiceAccount is "<release>-backend".
+         */
+        modelReader: z
+          .strictObject({
+            enabled: z.boolean().default(false),
+            namespace: k8sName.default('strata'),
+            serviceAccount: k8sName.default('strata-backend'),
+            bucket: z
+              .string()
+              .regex(/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/, 'must be an S3 bucket name')
+              .optional(),
+            /** Only keys under this prefix ("" for the whole bucket), e.g. "models/". */
+            prefix: z
+              .string()
+              .regex(/^$|^[^/].*\/$/, 'must be empty or a key prefix ending in "/", without a leading "/"')
+              .default(''),
+          })
+          .prefault({}),
       })
       .prefault({}),
     /** AWS Load Balancer Controller: provisions the NLB for Envoy's LoadBalancer Service. */
@@ -206,6 +227,13 @@ export const infraConfigSchema = z
               .default('latest'),
           })
           .prefault({}),
+        /**
+         * Instance-store NVMe of the GPU nodes: RAID0 makes one array of the instance's NVMe disks
+         * and puts the kubelet's and containerd's storage on it, with the chart's node-local
+         * model cache (backend.modelCache.hostPath, /mnt/k8s-disks/0 on AL2023); "none" leaves
+         * the disks unused. Instance types without NVMe are unaffected.
+         */
+        gpuInstanceStorePolicy: z.enum(['RAID0', 'none']).default('RAID0'),
         /** How long a GPU node must be empty or underused before Karpenter removes or replaces it. */
         gpuConsolidateAfter: duration.default('15m'),
         /** A NodePool for untainted system/service pods when the system group is full. */
@@ -269,6 +297,10 @@ export const infraConfigSchema = z
         ['irsa', 'clusterAutoscaler', 'enabled'],
         'the cluster autoscaler and Karpenter would both add nodes for the same pending pods; disable one (karpenter.enabled: false to keep the autoscaler)',
       );
+    }
+
+    if (config.irsa.modelReader.enabled && !config.irsa.modelReader.bucket) {
+      problem(['irsa', 'modelReader', 'bucket'], 'the model bucket is required when modelReader is enabled');
     }
 
     if (!config.endpoint.privateAccess && !config.endpoint.publicAccess) {

@@ -28,6 +28,8 @@ export interface NodeClassContext {
   /** Tags for the instances, volumes and launch templates (provider default tags do not reach them). */
   tags: Record<string, string>;
   amiVersions: InfraConfig['karpenter']['amiVersions'];
+  /** RAID0: the instance-store NVMe disks as one array for the kubelet, containerd and the model cache. */
+  instanceStorePolicy?: 'RAID0' | undefined;
 }
 
 type AmiType = GpuNodeGroupConfig['amiType'] | SystemNodeGroupConfig['amiType'];
@@ -89,6 +91,7 @@ export function ec2NodeClass(
       subnetSelectorTerms: discovery,
       securityGroupSelectorTerms: discovery,
       blockDeviceMappings,
+      ...(ctx.instanceStorePolicy ? { instanceStorePolicy: ctx.instanceStorePolicy } : {}),
       // IMDSv2 only, and out of reach of pods (hop limit 1): pods get AWS access through IRSA.
       metadataOptions: {
         httpEndpoint: 'enabled',
@@ -181,12 +184,19 @@ export function karpenterManifests(config: InfraConfig, ctx: NodeClassContext): 
   const gpu = config.gpuNodeGroups
     .filter((g) => karpenterMaxNodes(g) > 0)
     .flatMap((g) => [
-      ec2NodeClass(g.name, g.amiType, g.diskSizeGiB, ctx),
+      ec2NodeClass(g.name, g.amiType, g.diskSizeGiB, {
+        ...ctx,
+        // GPU nodes keep model weights in a node-local cache: on the NVMe, where there is one.
+        instanceStorePolicy: config.karpenter.gpuInstanceStorePolicy === 'RAID0' ? 'RAID0' : undefined,
+      }),
       gpuNodePool(g, config.karpenter.gpuConsolidateAfter),
     ]);
   const sys = config.systemNodeGroup;
   const system = config.karpenter.systemPool.enabled
-    ? [ec2NodeClass('system', sys.amiType, sys.diskSizeGiB, ctx), systemNodePool(config)]
+    ? [
+        ec2NodeClass('system', sys.amiType, sys.diskSizeGiB, { ...ctx, instanceStorePolicy: undefined }),
+        systemNodePool(config),
+      ]
     : [];
   return [...gpu, ...system];
 }

@@ -1,15 +1,40 @@
 // Owns the model's lifecycle in the service: loads it after the server is listening (so
 // /health/live answers during a long load), warms it up, and only then reports ready.
+import { readdir, stat } from 'node:fs/promises';
+import { join } from 'node:path';
 import { type Tracer, trace } from '@opentelemetry/api';
 import { type Logger, type Readiness, StrataError } from '@strata/common';
 import type { Config } from '../config.js';
+import type { ModelFiles } from '../model/model-files.js';
 import { InferenceRuntime, type RequestRecord, type RuntimeObserver } from './runtime.js';
 import { warmUp } from './warmup.js';
+
+/** How long loading the model took and how fast its weights came off the disk. */
+export interface LoadReport {
+  /** The engine's load (weights read, converted, copied to the device; KV pool set up), seconds. */
+  seconds: number;
+  /** The checkpoint's weight bytes: the .safetensors files of the directory, or the GGUF file. */
+  bytes: number;
+  /** bytes / seconds, in GB (1e9 bytes) per second. */
+  gbPerSecond: number;
+}
+
+/** Bytes of the weight files the engine reads for `files`. */
+export async function weightBytes(files: ModelFiles): Promise<number> {
+  if (files.format === 'gguf') return (await stat(files.path)).size;
+  let bytes = 0;
+  for (const e of await readdir(files.dir, { withFileTypes: true })) {
+    if ((e.isFile() || e.isSymbolicLink()) && e.name.endsWith('.safetensors'))
+      bytes += (await stat(join(files.dir, e.name))).size;
+  }
+  return bytes;
+}
 
 export class ModelHost {
   private runtime: InferenceRuntime | undefined;
   private state = 'not started';
   private closing = false;
+  private report: LoadReport | undefined;
   private readonly observers: RuntimeObserver[] = [];
 
   /**
@@ -40,6 +65,12 @@ export class ModelHost {
       const started = performance.now();
       this.runtime = await InferenceRuntime.load(this.config, this.fanout, this.tracer);
       const info = this.runtime.engine.info;
+      const bytes = await weightBytes(this.runtime.files);
+      this.report = {
+        seconds: info.loadSeconds,
+        bytes,
+        gbPerSecond: info.loadSeconds > 0 ? bytes / 1e9 / info.loadSeconds : 0,
+      };
       this.logger.info(
         {
           model: this.runtime.modelName,
@@ -47,13 +78,19 @@ export class ModelHost {
           quantization: this.runtime.files.quantization,
           chat_template: this.runtime.files.chatTemplateOrigin,
           load_seconds: (performance.now() - started) / 1e3,
+          // The engine's part of it, the weight bytes it read and the rate (also as metrics:
+          // strata_backend_model_load_*).
+          engine_load_seconds: this.report.seconds,
+          load_bytes: this.report.bytes,
           engine: info.engine,
           backend: info.backend,
           kernels: info.kernelIsa,
           device: info.device,
           dtype: info.dtype,
           weights: info.weights,
-          load_gb_per_s: info.loadGBPerSecond,
+          load_gb_per_s: this.report.gbPerSecond,
+          // The CUDA backend's copy of the checkpoint to the device alone (0 on the CPU backend).
+          device_load_gb_per_s: info.loadGBPerSecond,
           sampling: info.sampling,
           ...(info.samplingNote ? { sampling_note: info.samplingNote } : {}),
           // Prompts are refused by size over max_model_len times this (null: counted in tokens only).
@@ -149,6 +186,11 @@ export class ModelHost {
   get(): InferenceRuntime {
     if (this.runtime && this.state === 'ready') return this.runtime;
     throw new StrataError('STRATA_NOT_READY', `the model is not ready (${this.state}); see /health/ready`);
+  }
+
+  /** The model's load time, bytes and rate, once loaded. */
+  get loadReport(): LoadReport | undefined {
+    return this.report;
   }
 
   /** Loaded, even if still warming up (metrics and load reporting use it). */

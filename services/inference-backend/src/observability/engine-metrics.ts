@@ -14,7 +14,7 @@
 // gauges read 0, the counters and histograms are 0 (no engine, no requests yet).
 import { Counter, Gauge, Histogram, type Registry } from '@strata/common';
 import type { FinishReason } from '../engine/engine.js';
-import type { ModelHost } from '../inference/model-host.js';
+import type { LoadReport, ModelHost } from '../inference/model-host.js';
 import type { RequestRecord, RuntimeObserver } from '../inference/runtime.js';
 
 /** Edges added below 10 ms, where a small model's TTFT and inter-token gaps live. */
@@ -199,6 +199,32 @@ export function registerEngineMetrics(
     registers,
   });
   for (const kind of ['prompt', 'generation']) warmupTokens.inc({ ...labels, kind }, 0);
+
+  // How long the engine took to load the model and how fast the weights came off the disk
+  // (a cold node-local cache, a network volume): 0 until the model is loaded.
+  const load = (name: string, help: string, read: (r: LoadReport) => number) =>
+    new Gauge<Label>({
+      ...perModel(name, help),
+      collect() {
+        const r = host.loadReport;
+        this.set(labels, r ? read(r) : 0);
+      },
+    });
+  load(
+    'strata_backend_model_load_seconds',
+    "Seconds the engine took to load the model's weights.",
+    (r) => r.seconds,
+  );
+  load(
+    'strata_backend_model_load_bytes',
+    "Bytes of the model's weight files the engine loaded.",
+    (r) => r.bytes,
+  );
+  load(
+    'strata_backend_model_load_gb_per_second',
+    'Weight bytes loaded per second of engine load, in GB (1e9 bytes) per second.',
+    (r) => r.gbPerSecond,
+  );
 
   const observer: RuntimeObserver = {
     finished(r: RequestRecord) {
