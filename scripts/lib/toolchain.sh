@@ -179,6 +179,31 @@ ensure_native_tools() {
   [ ${#missing[@]} -eq 0 ] || apt_install_or_die "the native engine" "${missing[@]}"
 }
 
+# Structured output's grammar engine, llguidance (a Rust crate), is built by cargo inside the
+# native build. Its crates are fetched here first, at grammar/rust/Cargo.lock's versions, so that
+# the download shows progress. Rust is not in any package registry this project may use: without
+# cargo >= 1.87 the engine is built without it (STRATA_GRAMMAR=off; constrained requests then get
+# 400 STRATA_GRAMMAR_UNAVAILABLE), and STRATA_REQUIRE_GRAMMAR=1 (CI) makes that an error.
+STRATA_RUST_MIN_MINOR=87
+ensure_grammar_crates() {
+  local cargo rustc minor manifest="$STRATA_ROOT/services/inference-backend/native/engine/grammar/rust/Cargo.toml"
+  cargo=$(command -v cargo || echo "${CARGO_HOME:-$HOME/.cargo}/bin/cargo")
+  rustc=$(command -v rustc || echo "${CARGO_HOME:-$HOME/.cargo}/bin/rustc")
+  minor=0
+  [ -x "$rustc" ] && minor=$("$rustc" --version | sed -n 's/^rustc 1\.\([0-9]*\).*/\1/p')
+  if [ ! -x "$cargo" ] || [ "${minor:-0}" -lt "$STRATA_RUST_MIN_MINOR" ]; then
+    local found=none why
+    [ -x "$rustc" ] && found=$("$rustc" --version)
+    why="no cargo with Rust >= 1.$STRATA_RUST_MIN_MINOR (found: $found)"
+    [ "${STRATA_REQUIRE_GRAMMAR:-}" = 1 ] && die "structured output needs Rust's cargo >= 1.$STRATA_RUST_MIN_MINOR: $why"
+    log "$why: the engine is built without structured output (constrained requests get 400 STRATA_GRAMMAR_UNAVAILABLE)"
+    export STRATA_GRAMMAR=off
+    return
+  fi
+  install_step "llguidance crates" "structured output's grammar engine (crates.io, at grammar/rust/Cargo.lock's versions)" \
+    "${CARGO_HOME:-$HOME/.cargo}/registry" "$cargo" fetch --locked --manifest-path "$manifest"
+}
+
 # The router's tests run a real redis-server (they start their own when STRATA_TEST_REDIS_URL is
 # unset).
 ensure_redis() {

@@ -145,11 +145,20 @@ export const chatMessageSchema = z
     tool_call_id: z.string().optional(),
   })
   .superRefine((m, ctx) => {
-    if ((m.content === undefined || m.content === null) && !(m.role === 'assistant' && m.tool_calls?.length)) {
-      ctx.addIssue({ code: 'custom', message: 'content is required, except on an assistant message with tool_calls' });
+    if (
+      (m.content === undefined || m.content === null) &&
+      !(m.role === 'assistant' && m.tool_calls?.length)
+    ) {
+      ctx.addIssue({
+        code: 'custom',
+        message: 'content is required, except on an assistant message with tool_calls',
+      });
     }
     if (m.role === 'tool' && m.tool_call_id === undefined) {
-      ctx.addIssue({ code: 'custom', message: 'a tool message needs the tool_call_id of the call it answers' });
+      ctx.addIssue({
+        code: 'custom',
+        message: 'a tool message needs the tool_call_id of the call it answers',
+      });
     }
   });
 export type ChatMessageInput = z.output<typeof chatMessageSchema>;
@@ -197,8 +206,8 @@ export const chatCompletionRequestSchema = z.looseObject({
     tool_choice: toolChoiceSchema.optional(),
     /** With tool_choice 'required': several calls in one answer (default true). */
     parallel_tool_calls: z.boolean().optional(),
-    functions: refusedList('functions', "the deprecated functions field; send tools instead"),
-    function_call: onlyNone('function_call', "the deprecated function_call field; send tool_choice instead"),
+    functions: refusedList('functions', 'the deprecated functions field; send tools instead'),
+    function_call: onlyNone('function_call', 'the deprecated function_call field; send tool_choice instead'),
   }),
 });
 export type ChatCompletionRequest = WithoutNulls<z.output<typeof chatCompletionRequestSchema>>;

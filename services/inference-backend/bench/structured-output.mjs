@@ -30,9 +30,11 @@ const { loadModelFiles } = await import(join(pkg, 'dist/model/model-files.js'));
 const { Tokenizer } = await import(join(pkg, 'dist/model/tokenizer.js'));
 const { readFile } = await import('node:fs/promises');
 
-// People as a JSON array: long enough that most outputs run to max_tokens in both arms.
+// People as a JSON array of at least 10: no output can end before max_tokens (64 by default), so
+// both arms generate the same number of tokens per sequence.
 const schema = JSON.stringify({
   type: 'array',
+  minItems: 10,
   items: {
     type: 'object',
     properties: {
@@ -81,7 +83,8 @@ async function round(batch, constrained) {
     Array.from({ length: batch }, async (_, i) => {
       const params = { temperature: 1, seed: i, maxTokens, ignoreEos: !constrained };
       const options = constrained ? { constraint: constraints[i] } : {};
-      for await (const event of engine.generate(prompt, params, options)) if (event.token !== undefined) tokens++;
+      for await (const event of engine.generate(prompt, params, options))
+        if (event.token !== undefined) tokens++;
     }),
   );
   const seconds = (performance.now() - start) / 1e3;
@@ -93,8 +96,10 @@ async function round(batch, constrained) {
     tokens,
     steps,
     maskUs: masks > 0 ? ((after.constraintMaskSeconds - before.constraintMaskSeconds) / masks) * 1e6 : 0,
-    maskMsPerStep: steps > 0 ? ((after.constraintMaskSeconds - before.constraintMaskSeconds) / steps) * 1e3 : 0,
-    waitMsPerStep: steps > 0 ? ((after.constraintWaitSeconds - before.constraintWaitSeconds) / steps) * 1e3 : 0,
+    maskMsPerStep:
+      steps > 0 ? ((after.constraintMaskSeconds - before.constraintMaskSeconds) / steps) * 1e3 : 0,
+    waitMsPerStep:
+      steps > 0 ? ((after.constraintWaitSeconds - before.constraintWaitSeconds) / steps) * 1e3 : 0,
     compileMs: compile.length > 0 ? median(compile) : 0,
     errors: after.constraintErrors - before.constraintErrors,
   };
@@ -129,8 +134,12 @@ await tokenizer.close();
 
 const f = (x) => x.toFixed(x >= 100 ? 0 : x >= 10 ? 1 : 2);
 const range = (s) => `${f(s.median)} (${f(s.min)}-${f(s.max)})`;
-console.log(`structured output on ${files.name ?? values.model}, ${rounds} interleaved rounds, ${maxTokens} tokens`);
-console.log('| seqs | plain tok/s | constrained tok/s | ratio | mask us/token | mask ms/step | wait ms/step | compile ms |');
+console.log(
+  `structured output on ${files.name ?? values.model}, ${rounds} interleaved rounds, ${maxTokens} tokens`,
+);
+console.log(
+  '| seqs | plain tok/s | constrained tok/s | ratio | mask us/token | mask ms/step | wait ms/step | compile ms |',
+);
 console.log('|---|---|---|---|---|---|---|---|');
 for (const r of results) {
   console.log(
@@ -151,5 +160,8 @@ const out = {
   max_tokens: maxTokens,
   results,
 };
-writeFileSync(join(repo, 'docs', 'benchmarks', 'structured-output.json'), `${JSON.stringify(out, null, 2)}\n`);
+writeFileSync(
+  join(repo, 'docs', 'benchmarks', 'structured-output.json'),
+  `${JSON.stringify(out, null, 2)}\n`,
+);
 process.exit(0);

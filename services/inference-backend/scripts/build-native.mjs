@@ -1,5 +1,6 @@
 // Builds strata_native.node with cmake-js (offline: Node-API headers come from the
 // node-api-headers package). STRATA_CUDA_HOME selects a CUDA build; unset means CPU-only.
+// Structured output's llguidance is built with cargo unless STRATA_GRAMMAR=off.
 //   node scripts/build-native.mjs [--out DIR] [--cpu-only] [--target strata_native]
 import { spawnSync } from 'node:child_process';
 import { availableParallelism } from 'node:os';
@@ -24,7 +25,13 @@ const common = ['--directory', root, '--out', resolve(values.out), '--config', '
 console.log(`[build-native] ${cudaHome ? `CUDA build with ${cudaHome}` : 'CPU-only build'} -> ${values.out}`);
 let result;
 for (const step of [
-  ['configure', ...common, `--CDSTRATA_CUDA_HOME=${cudaHome}`],
+  [
+    'configure',
+    ...common,
+    `--CDSTRATA_CUDA_HOME=${cudaHome}`,
+    // STRATA_GRAMMAR=off: no structured output (scripts/lib/toolchain.sh sets it without cargo).
+    `--CDSTRATA_GRAMMAR=${process.env.STRATA_GRAMMAR === 'off' ? 'OFF' : 'ON'}`,
+  ],
   ['build', ...common, ...(values.target ? ['--target', values.target] : [])],
 ]) {
   result = spawnSync(process.execPath, [cmakeJs, ...step], {

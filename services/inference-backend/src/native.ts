@@ -14,6 +14,10 @@ export interface NativeBuildInfo {
   nvcc?: string;
   /** Host C++ compiler version string. */
   compiler: string;
+  /** Structured output is built in (llguidance; cargo was found at build time). */
+  grammar: boolean;
+  /** llguidance's version line, when `grammar`. */
+  llguidance?: string;
 }
 
 export interface CudaDeviceInfo {

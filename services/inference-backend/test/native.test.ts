@@ -10,6 +10,9 @@ describe('native addon', () => {
     const build = loadNativeAddon().buildInfo();
     expect(build.napiVersion).toBe(9);
     expect(build.cuda).toBe(Boolean(process.env.STRATA_CUDA_HOME));
+    // Structured output's llguidance is in unless the set-up found no cargo (STRATA_GRAMMAR=off).
+    expect(build.grammar).toBe(process.env.STRATA_GRAMMAR !== 'off');
+    if (build.grammar) expect(build.llguidance).toMatch(/llguidance@1\.9\.1/);
     if (build.cuda) {
       expect(build.cudaArchs).toBe('80,89,90');
       expect(build.nvcc).toMatch(/^release \d+\.\d+$/);

@@ -19,6 +19,8 @@ Napi::Value BuildInfo(const Napi::CallbackInfo& info) {
   out.Set("cuda", false);
 #endif
   out.Set("compiler", __VERSION__);
+  out.Set("grammar", strata::grammar_available());
+  if (strata::grammar_available()) out.Set("llguidance", strata::Grammar::version());
   return out;
 }
 

@@ -30,6 +30,16 @@ std::string tokenizer_json() {
 }
 
 std::shared_ptr<Grammar> load_grammar() {
+  if (!grammar_available()) {
+    const char* require = std::getenv("STRATA_REQUIRE_GRAMMAR");
+    if (require != nullptr && std::string(require) == "1") {
+      std::printf("  built without llguidance, and STRATA_REQUIRE_GRAMMAR=1 makes that a failure\n");
+      ++strata_test::failures();
+    } else {
+      strata_test::skip("built without llguidance (no cargo at build time)");
+    }
+    return nullptr;
+  }
   const std::string json = tokenizer_json();
   if (json.empty()) {
     strata_test::skip("tinystories-656k/tokenizer.json not found (STRATA_MODELS_DIR)");
