@@ -429,9 +429,15 @@ describe.skipIf(!smol.path || !grammarBuilt)(`structured output on SmolLM2-135M-
     expect(backend.host.get().engine.stats().numSteps).toBe(before);
   });
 
-  it('never failed a constraint: the engine counts no constraint errors', () => {
+  it('never failed a constraint: the engine and /metrics count masks and no constraint errors', async () => {
     const stats = backend.host.get().engine.stats();
     expect(stats.constraintMasks).toBeGreaterThan(0);
     expect(stats.constraintErrors).toBe(0);
+    const text = await (await fetch(`${backend.url}/metrics`)).text();
+    const value = (name: string) => Number(new RegExp(`^${name}\\{[^}]*\\} (\\S+)$`, 'm').exec(text)?.[1]);
+    expect(value('strata_backend_constraint_masks_total')).toBe(stats.constraintMasks);
+    expect(value('strata_backend_constraint_mask_seconds_total')).toBeGreaterThan(0);
+    expect(value('strata_backend_constraint_wait_seconds_total')).toBeGreaterThanOrEqual(0);
+    expect(value('strata_backend_constraint_errors_total')).toBe(0);
   });
 });

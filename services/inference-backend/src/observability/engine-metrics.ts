@@ -122,6 +122,27 @@ export function registerEngineMetrics(
     'Prefix cache hits, in terms of number of cached tokens.',
     (s) => s.prefixCacheHits,
   );
+  // Structured output (engine.md): the grammar masks, computed beside the forward pass.
+  totalCounter(
+    'strata_backend_constraint_masks_total',
+    'Allowed-token masks computed for constrained requests (one per constrained token).',
+    (s) => s.constraintMasks,
+  );
+  totalCounter(
+    'strata_backend_constraint_mask_seconds_total',
+    "Seconds the engine's mask thread spent computing masks (overlapped with the forward pass).",
+    (s) => s.constraintMaskSeconds,
+  );
+  totalCounter(
+    'strata_backend_constraint_wait_seconds_total',
+    'Seconds engine steps waited for masks after their forward pass.',
+    (s) => s.constraintWaitSeconds,
+  );
+  totalCounter(
+    'strata_backend_constraint_errors_total',
+    'Constrained requests ended (as abort) because their constraint failed; expected to stay 0.',
+    (s) => s.constraintErrors,
+  );
 
   const counter = (name: string, help: string) => {
     const c = new Counter<Label>(perModel(name, help));
