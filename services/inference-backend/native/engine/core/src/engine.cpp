@@ -133,32 +133,43 @@ StepOutput Engine::step() {
       out.scheduled.push_back(seq->request_id);
     }
     for (const CopyRequest& c : step.copies) backend_.copy_block(c.src, c.dst);
-    // Constrained sequences' masks are computed while the forward runs. A step with any is
-    // sampled here on the host, where the masks are (the device sampler takes none yet).
+    // Constrained sequences' masks are computed on the mask thread while the forward runs; a
+    // device sampler gets them through await_masks, which the backend calls once the forward
+    // is queued.
     masked_.clear();
     for (size_t i = 0; i < step.seqs.size(); ++i) {
       if (step.batch.seqs[i].want_logits && step.seqs[i]->constraint) masked_.push_back(step.seqs[i]);
     }
     if (!masked_.empty()) mask_worker_.start(masked_, mask_words_);
-    sampled_on_device_ = device_sampling_ && masked_.empty();
+    bool masks_awaited = masked_.empty();
+    const auto await_masks = [&] {
+      if (masks_awaited) return;
+      masks_awaited = true;
+      counters_.constraint_wait_seconds += static_cast<double>(mask_worker_.wait()) * 1e-9;
+      counters_.constraint_masks = mask_worker_.masks();
+      counters_.constraint_mask_seconds = static_cast<double>(mask_worker_.compute_ns()) * 1e-9;
+    };
     try {
-      if (sampled_on_device_) {
+      if (device_sampling_) {
         fill_sampling(step);
+        if (!masked_.empty()) {
+          sampling_.await_masks = [&] {
+            await_masks();
+            add_sampling_masks(step);
+          };
+        }
         backend_.forward_sample(step.batch, sampling_, sampled_);
+        sampling_.await_masks = nullptr;  // it refers to this step's locals
       } else {
         const size_t rows = static_cast<size_t>(step.num_logits) * static_cast<size_t>(vocab_size_);
         if (logits_.size() < rows) logits_.resize(rows);
         backend_.forward(step.batch, logits_.data());
       }
     } catch (...) {
-      if (!masked_.empty()) mask_worker_.wait();  // it reads the sequences: let it finish first
+      if (!masks_awaited) mask_worker_.wait();  // it reads the sequences: let it finish first
       throw;
     }
-    if (!masked_.empty()) {
-      counters_.constraint_wait_seconds += static_cast<double>(mask_worker_.wait()) * 1e-9;
-      counters_.constraint_masks = mask_worker_.masks();
-      counters_.constraint_mask_seconds = static_cast<double>(mask_worker_.compute_ns()) * 1e-9;
-    }
+    await_masks();
     scheduler_.on_forward_done();
     postprocess(step, out);
     if (!out.tokens.empty()) out.output_at = std::chrono::steady_clock::now();
@@ -201,7 +212,7 @@ void Engine::postprocess(const ScheduledStep& step, StepOutput& out) {
   for (size_t i = 0; i < step.seqs.size(); ++i) {
     if (!step.batch.seqs[i].want_logits) continue;
     Sequence& seq = *step.seqs[i];
-    if (sampled_on_device_) {
+    if (device_sampling_) {
       const SampledRow& r = sampled_.rows[static_cast<size_t>(row)];
       sample_.token = r.token;
       sample_.logprob = r.logprob;
@@ -228,6 +239,24 @@ void Engine::postprocess(const ScheduledStep& step, StepOutput& out) {
       count_finished(reason);
       seqs_.erase(seq.request_id);  // step.seqs keeps a dangling pointer, unused until the next schedule()
     }
+  }
+}
+
+// Each constrained row's mask into the sampling batch, and min_tokens' stop masking off for a
+// row whose grammar allows nothing but stop ids (as Sampler::sample decides on the host).
+void Engine::add_sampling_masks(const ScheduledStep& step) {
+  sampling_.allowed_offset.assign(sampling_.rows.size(), -1);
+  int32_t row = 0;
+  for (size_t i = 0; i < step.seqs.size(); ++i) {
+    if (!step.batch.seqs[i].want_logits) continue;
+    Sequence& seq = *step.seqs[i];
+    if (seq.constraint && seq.mask_ok) {
+      sampling_.allowed_offset[static_cast<size_t>(row)] = static_cast<int32_t>(sampling_.allowed.size());
+      sampling_.allowed.insert(sampling_.allowed.end(), seq.allowed.begin(), seq.allowed.end());
+      SamplingRow& r = sampling_.rows[static_cast<size_t>(row)];
+      if (r.mask_stop_ids != 0 && !sampler_.allows_non_stop(seq.params, seq.allowed.data())) r.mask_stop_ids = 0;
+    }
+    ++row;
   }
 }
 

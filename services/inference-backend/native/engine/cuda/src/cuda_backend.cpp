@@ -147,6 +147,8 @@ struct CudaBackend::Impl {
   DeviceMemory sample_rows;       // (S) SamplingRow
   DeviceMemory sample_penalties;  // (penalty entries of the step) PenaltyEntry, grown on demand
   DeviceMemory sample_stops;      // (stop ids of the step) int32, grown on demand
+  DeviceMemory sample_allowed;    // (constrained rows' masks) uint32 words, grown on demand
+  DeviceMemory sample_allowed_at; // (S) int32: each row's mask offset in sample_allowed, or -1
   DeviceMemory sample_out;        // sample_out_bytes(): the sections above
   PinnedMemory sample_rows_host, sample_host;  // host mirrors of sample_rows and sample_out
   // The step's integer inputs, one block uploaded with one copy (layout in step_ints_needed).
@@ -788,9 +790,57 @@ struct CudaBackend::Impl {
     pool = DeviceMemory(std::max(bytes, pool.bytes() * 2), what);
   }
 
+  // The sampling rows and their pools (penalty entries, stop ids, constraint masks) to the device,
+  // queued on the stream.
+  void upload_sampling_inputs(const SamplingBatch& sampling, int32_t n) {
+    const auto n_pen = int64_t(sampling.penalty_entries.size()), n_stop = int64_t(sampling.stop_ids.size());
+    const size_t words = (size_t(vocab) + 31) / 32;
+    if (!sampling.allowed_offset.empty()) {
+      if (int64_t(sampling.allowed_offset.size()) != n) {
+        bad_input("forward_sample: " + std::to_string(sampling.allowed_offset.size()) + " mask offsets for " +
+                  std::to_string(n) + " rows");
+      }
+      for (int32_t at : sampling.allowed_offset) {
+        if (at >= 0 && size_t(at) + words > sampling.allowed.size()) {
+          bad_input("forward_sample: a row's constraint mask lies outside its pool");
+        }
+      }
+    }
+    cuda::check(cudaSetDevice(options.device), "cudaSetDevice");
+    std::memcpy(sample_rows_host.as(), sampling.rows.data(), size_t(n) * sizeof(SamplingRow));
+    cuda::check(cudaMemcpyAsync(sample_rows.as(), sample_rows_host.as(), size_t(n) * sizeof(SamplingRow),
+                                cudaMemcpyHostToDevice, stream),
+                "copying the sampling rows");
+    if (n_pen > 0) {
+      reserve(sample_penalties, size_t(n_pen) * sizeof(PenaltyEntry), "penalty entries");
+      cuda::check(cudaMemcpyAsync(sample_penalties.as(), sampling.penalty_entries.data(),
+                                  size_t(n_pen) * sizeof(PenaltyEntry), cudaMemcpyHostToDevice, stream),
+                  "copying penalty entries");
+    }
+    if (n_stop > 0) {
+      reserve(sample_stops, size_t(n_stop) * sizeof(int32_t), "stop ids");
+      cuda::check(cudaMemcpyAsync(sample_stops.as(), sampling.stop_ids.data(), size_t(n_stop) * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, stream),
+                  "copying stop ids");
+    }
+    if (!sampling.allowed_offset.empty()) {
+      reserve(sample_allowed, std::max<size_t>(sampling.allowed.size(), 1) * sizeof(uint32_t), "constraint masks");
+      reserve(sample_allowed_at, size_t(n) * sizeof(int32_t), "constraint mask offsets");
+      // Pageable sources: the copies are staged, so the vectors may change once these return.
+      if (!sampling.allowed.empty()) {
+        cuda::check(cudaMemcpyAsync(sample_allowed.as(), sampling.allowed.data(), sampling.allowed.size() * 4,
+                                    cudaMemcpyHostToDevice, stream),
+                    "copying constraint masks");
+      }
+      cuda::check(cudaMemcpyAsync(sample_allowed_at.as(), sampling.allowed_offset.data(), size_t(n) * 4,
+                                  cudaMemcpyHostToDevice, stream),
+                  "copying constraint mask offsets");
+    }
+  }
+
   void forward_sample(const StepBatch& batch, const SamplingBatch& sampling, SampledBatch& out) {
-    // The sampling inputs do not depend on the forward: checked and queued first, so their
-    // copies run ahead of it rather than behind it.
+    // The sampling inputs do not depend on the forward: checked and (unless masks are awaited)
+    // queued first, so their copies run ahead of it rather than behind it.
     int32_t n = 0;
     for (const SeqSlice& slice : batch.seqs) n += slice.want_logits ? 1 : 0;
     if (int32_t(sampling.rows.size()) != n) {
@@ -810,24 +860,14 @@ struct CudaBackend::Impl {
       }
       top = top || r.logprobs > 0;
     }
-    if (n > 0) {
-      cuda::check(cudaSetDevice(options.device), "cudaSetDevice");
-      std::memcpy(sample_rows_host.as(), sampling.rows.data(), size_t(n) * sizeof(SamplingRow));
-      cuda::check(cudaMemcpyAsync(sample_rows.as(), sample_rows_host.as(), size_t(n) * sizeof(SamplingRow),
-                                  cudaMemcpyHostToDevice, stream),
-                  "copying the sampling rows");
-      if (n_pen > 0) {
-        reserve(sample_penalties, size_t(n_pen) * sizeof(PenaltyEntry), "penalty entries");
-        cuda::check(cudaMemcpyAsync(sample_penalties.as(), sampling.penalty_entries.data(),
-                                    size_t(n_pen) * sizeof(PenaltyEntry), cudaMemcpyHostToDevice, stream),
-                    "copying penalty entries");
-      }
-      if (n_stop > 0) {
-        reserve(sample_stops, size_t(n_stop) * sizeof(int32_t), "stop ids");
-        cuda::check(cudaMemcpyAsync(sample_stops.as(), sampling.stop_ids.data(), size_t(n_stop) * sizeof(int32_t),
-                                    cudaMemcpyHostToDevice, stream),
-                    "copying stop ids");
-      }
+    // The inputs go ahead of the forward on the stream, unless constrained rows' masks are still
+    // being computed: then the forward is queued first and runs while await_masks() waits.
+    const bool deferred = static_cast<bool>(sampling.await_masks);
+    if (n > 0 && !deferred) upload_sampling_inputs(sampling, n);
+    launch_forward(batch, true);
+    if (n > 0 && deferred) {
+      sampling.await_masks();
+      upload_sampling_inputs(sampling, n);
     }
     launch_forward(batch, true);
     out.rows.assign(size_t(n), SampledRow{});
@@ -845,6 +885,10 @@ struct CudaBackend::Impl {
     a.params = sample_rows.as<SamplingRow>();
     a.penalty_entries = n_pen > 0 ? sample_penalties.as<PenaltyEntry>() : nullptr;
     a.stop_ids = n_stop > 0 ? sample_stops.as<int32_t>() : nullptr;
+    if (!sampling.allowed_offset.empty()) {
+      a.allowed = sample_allowed.as<uint32_t>();
+      a.allowed_offset = sample_allowed_at.as<int32_t>();
+    }
     a.tokens = dev.tokens;
     a.logprobs = dev.logprobs;
     if (top) {

@@ -1025,6 +1025,14 @@ __device__ void mask_stops(const Ctx& c, const SamplingArgs& a, const SeqSamplin
   }
 }
 
+// A constraint's mask on the block's own slice: disallowed tokens -> -inf.
+__device__ void mask_disallowed(const Ctx& c, const uint32_t* allowed) {
+  for (int i = threadIdx.x; i < c.n; i += kThreads) {
+    const uint32_t t = static_cast<uint32_t>(c.lo + i);
+    if (((allowed[t >> 5] >> (t & 31u)) & 1u) == 0) c.keys[i] = key_of(-INFINITY);
+  }
+}
+
 __device__ void write_outputs(const SamplingArgs& a, const Shared& sh, int row, const SeqSamplingParams& p,
                               const Outcome& o) {
   const int t = threadIdx.x;
@@ -1092,11 +1100,15 @@ __global__ void __launch_bounds__(kThreads, 1) sample_kernel(const __grid_consta
   const bool pen = p.penalty_count > 0 && a.penalty_entries != nullptr &&
                    (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f);
   const bool msk = p.mask_stop_ids != 0 && p.stop_count > 0 && a.stop_ids != nullptr;
-  if (pen || msk) cluster_sync();  // every block is done reading its raw slice
+  const int32_t allowed_at = a.allowed_offset != nullptr ? a.allowed_offset[row] : -1;
+  const bool gram = allowed_at >= 0 && a.allowed != nullptr;
+  if (pen || msk || gram) cluster_sync();  // every block is done reading its raw slice
   if (pen) apply_penalties(c, a, p, ka.slice);
-  if (pen && msk) cluster_sync();  // the mask's -inf lands after every penalty
+  if (pen && (msk || gram)) cluster_sync();  // the masks' -inf lands after every penalty
+  // Both masks only write -inf, so they need no order between them.
+  if (gram) mask_disallowed(c, a.allowed + allowed_at);
   if (msk) mask_stops(c, a, p, ka.slice);
-  if (pen || msk) cluster_sync();
+  if (pen || msk || gram) cluster_sync();
 
   // Temperature; non-candidates (-inf, NaN) become key 0. Greedy keeps the values (x * 1).
   const bool greedy = p.temperature < kSamplingGreedyTemperature;

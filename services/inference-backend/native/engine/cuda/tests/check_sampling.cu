@@ -75,6 +75,7 @@ struct Mix {
   double penalties = 0.0;      // repetition / frequency / presence
   double min_tokens = 0.0;     // masking active this step
   double logprobs = 0.3;       // logprobs >= 0
+  double grammar = 0.0;        // a structured-output constraint's mask, new each step
 };
 
 struct Case {
@@ -207,8 +208,39 @@ bool rounding_explains(const std::vector<float>& x, const cpu::SamplingParams& p
   return gap < 1e-6;
 }
 
+// A constraint for the CPU sampler's side: the sampler reads only Sequence::allowed, which the
+// case draws each step (the engine's mask thread fills it from llguidance).
+class DrawnMask final : public cpu::TokenConstraint {
+ public:
+  bool compute_mask(uint32_t*, size_t) override { return true; }
+  bool commit(int32_t) override { return true; }
+  bool is_stopped() const override { return false; }
+  std::string error() const override { return ""; }
+};
+
+// An allowed-token mask as a grammar makes one: a few tokens (a JSON key, a digit), or most of
+// the vocabulary (free text in a string), sometimes only stop ids; never empty.
+std::vector<uint32_t> draw_mask(int32_t vocab, const std::vector<int32_t>& stops) {
+  std::vector<uint32_t> words(static_cast<size_t>((vocab + 31) / 32), 0u);
+  const auto allow = [&](int32_t t) { words[static_cast<size_t>(t) >> 5] |= 1u << (static_cast<uint32_t>(t) & 31u); };
+  const int mode = random_int(0, 9);
+  if (mode < 5) {
+    for (int i = random_int(1, 64); i > 0; --i) allow(random_int(0, vocab - 1));
+  } else if (mode < 9) {
+    for (int32_t t = 0; t < vocab; ++t) {
+      if (coin(0.7)) allow(t);
+    }
+  } else if (!stops.empty()) {
+    for (int32_t t : stops) allow(t);  // the grammar is complete: only its end
+  } else {
+    allow(random_int(0, vocab - 1));
+  }
+  return words;
+}
+
 struct Row {
   std::unique_ptr<cpu::Sequence> seq;
+  bool grammar = false;
   PenaltyHistory history;
   int32_t pen_offset = 0, pen_capacity = 0;
 };
@@ -269,6 +301,8 @@ void run_case(const Case& cs, Report& report) {
     std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
     for (int32_t& t : prompt) t = random_int(0, hot - 1);
     row.seq = std::make_unique<cpu::Sequence>(static_cast<uint64_t>(r), prompt, draw_params(cs));
+    row.grammar = coin(cs.mix.grammar);
+    if (row.grammar) row.seq->constraint = std::make_shared<DrawnMask>();
     row.history.reset(prompt);
     const int outputs = random_int(0, 60);
     for (int i = 0; i < outputs; ++i) {
@@ -303,6 +337,8 @@ void run_case(const Case& cs, Report& report) {
     // Stop and eos ids near the top, so that masking them changes the outcome.
     std::vector<SeqSamplingParams> params(static_cast<size_t>(B));
     std::vector<int32_t> stops;
+    std::vector<uint32_t> allowed;
+    std::vector<int32_t> allowed_offset(static_cast<size_t>(B), -1);
     for (int32_t r = 0; r < B; ++r) {
       Row& row = rows[static_cast<size_t>(r)];
       const cpu::SamplingParams& p = row.seq->params;
@@ -321,6 +357,13 @@ void run_case(const Case& cs, Report& report) {
       g.stop_offset = static_cast<int32_t>(stops.size());
       g.stop_count = static_cast<int32_t>(ids.size());
       stops.insert(stops.end(), ids.begin(), ids.end());
+      if (row.grammar) {  // what the engine does: the mask, and min_tokens off when only stops remain
+        row.seq->allowed = draw_mask(V, ids);
+        row.seq->mask_ok = true;
+        allowed_offset[static_cast<size_t>(r)] = static_cast<int32_t>(allowed.size());
+        allowed.insert(allowed.end(), row.seq->allowed.begin(), row.seq->allowed.end());
+        if (g.mask_stop_ids != 0 && !sampler.allows_non_stop(p, row.seq->allowed.data())) g.mask_stop_ids = 0;
+      }
     }
     d_logits.upload(logits);
     d_params.upload(params);
@@ -334,6 +377,14 @@ void run_case(const Case& cs, Report& report) {
     a.params = d_params.ptr;
     a.penalty_entries = d_pool.ptr;
     a.stop_ids = d_stops.ptr;
+    DeviceBuffer<uint32_t> d_allowed(std::max<size_t>(allowed.size(), 1));
+    DeviceBuffer<int32_t> d_allowed_offset(static_cast<size_t>(B));
+    if (!allowed.empty()) {
+      d_allowed.upload(allowed);
+      d_allowed_offset.upload(allowed_offset);
+      a.allowed = d_allowed.ptr;
+      a.allowed_offset = d_allowed_offset.ptr;
+    }
     const GpuOut got = out.run(a);
     if (!(out.run(a) == got)) ++repeat_fail;
     const std::vector<float> after = d_logits.download();
@@ -454,6 +505,10 @@ int main() {
       {"mixed qwen", kQwen, 8, 2, 3.0f, 0.0f, mixed},
       {"mixed batch 1", kLlama, 1, 12, 2.0f, 0.0f, mixed},
       {"mixed small", 1000, 1, 8, 2.0f, 0.0f, mixed},
+      {"grammar", kLlama, 32, 2, 2.0f, 0.0f,
+       only([](Mix& m) { m.grammar = 0.8; m.top_k = 0.3; m.top_p = 0.4; m.min_p = 0.2; m.logprobs = 0.6; })},
+      {"grammar mixed", 49152, 16, 3, 2.0f, 0.0f,
+       only([](Mix& m) { m.grammar = 0.6; m.penalties = 0.5; m.min_tokens = 0.4; m.greedy = 0.3; m.logprobs = 0.5; })},
       {"all masked", 40, 4, 1, 1.0f, 0.0f, only([](Mix& m) { m.logprobs = 0.7; })},
   };
   Report report;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -85,10 +86,22 @@ struct SamplingBatch {
   std::vector<SamplingRow> rows;
   std::vector<PenaltyEntry> penalty_entries;  // the pool rows' penalty offsets index
   std::vector<int32_t> stop_ids;              // the pool rows' stop offsets index
+  // Structured output: row i may only sample the tokens whose bits are set in
+  // allowed[allowed_offset[i] ... + ceil(vocab / 32)), or any token when the offset is < 0.
+  // Both empty when no row is constrained.
+  std::vector<uint32_t> allowed;
+  std::vector<int32_t> allowed_offset;
+  // Set when constrained rows' masks are still being computed (beside the forward pass): the
+  // backend calls it after it has queued the forward and before it reads the rows, which it
+  // may change (the masks, and mask_stop_ids of a row whose mask allows only stop ids).
+  std::function<void()> await_masks;
   void clear() {
     rows.clear();
     penalty_entries.clear();
     stop_ids.clear();
+    allowed.clear();
+    allowed_offset.clear();
+    await_masks = nullptr;
   }
 };
 

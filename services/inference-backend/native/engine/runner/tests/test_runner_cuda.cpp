@@ -5,11 +5,15 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <thread>
 
 #include "../../core/tests/test_util.h"
 #include "strata/coded_error.h"
 #include "strata/engine_runner.h"
+#include "strata/grammar.h"
 
 using namespace strata;
 using namespace std::chrono_literals;
@@ -98,6 +102,65 @@ TEST_CASE("cuda: the loop serves a request to its end") {
   CHECK(finished);
   CHECK_EQ(tokens, 4);
   CHECK(notified.load() >= 1);
+}
+
+TEST_CASE("cuda: constrained requests are sampled on the device under their grammar's masks") {
+  if (models() == nullptr) return strata_test::skip("tinystories-656k not found (STRATA_MODELS_DIR unset)");
+  if (!grammar_available()) return strata_test::skip("built without llguidance (no cargo at build time)");
+  auto runner = EngineRunner::load(cuda_tiny());
+  CHECK_STR_EQ(runner->info().sampling, "gpu");
+  std::ifstream in(std::filesystem::path(models()) / "tinystories-656k" / "tokenizer.json");
+  std::stringstream json;
+  json << in.rdbuf();
+  auto grammar = Grammar::load({json.str(), runner->backend().config().vocab_size, runner->backend().config().eos_token_ids});
+  const std::vector<std::pair<std::string, std::string>> grammars = {
+      {"regex", "[0-9]{3}-[0-9]{2}"},
+      {"lark", "start: \"yes\" | \"no\" | \"maybe\""},
+      {"regex", "(cat|dog)s? (sat|ran)"},
+  };
+  Engine& engine = runner->engine();
+  for (size_t i = 0; i < grammars.size(); ++i) {
+    Request r;
+    r.id = i + 1;
+    r.prompt = {1, 5, 9};
+    r.params.temperature = 1.0f;
+    r.params.seed = 40 + i;
+    r.params.max_tokens = 40;
+    r.params.min_tokens = i == 1 ? 30 : 0;  // min_tokens cannot keep a complete choice going
+    r.constraint = grammar->compile(grammars[i].first, grammars[i].second);
+    engine.submit(std::move(r));
+  }
+  Request plain;  // an unconstrained row in the same steps
+  plain.id = 9;
+  plain.prompt = {1, 7};
+  plain.params.ignore_eos = true;
+  plain.params.max_tokens = 8;
+  engine.submit(plain);
+  std::map<uint64_t, std::vector<int32_t>> out;
+  std::map<uint64_t, FinishReason> finished;
+  for (int step = 0; step < 200 && engine.has_unfinished(); ++step) {
+    for (const TokenEvent& ev : engine.step().tokens) {
+      out[ev.request_id].push_back(ev.token);
+      if (ev.finish_reason != FinishReason::kNone) finished[ev.request_id] = ev.finish_reason;
+    }
+  }
+  for (size_t i = 0; i < grammars.size(); ++i) {
+    const uint64_t id = i + 1;
+    CHECK(finished[id] == FinishReason::kStop);
+    auto replay = grammar->compile(grammars[i].first, grammars[i].second);
+    std::vector<uint32_t> mask(grammar->mask_words());
+    bool ok = true;
+    for (int32_t t : out[id]) {
+      ok = ok && replay->compute_mask(mask.data(), mask.size()) && mask_allows(mask.data(), t) && replay->commit(t);
+    }
+    CHECK(ok);
+    CHECK(replay->is_stopped());
+  }
+  CHECK(finished[9] == FinishReason::kLength);
+  CHECK_EQ(out[9].size(), size_t{8});
+  const EngineStats s = engine.stats();
+  CHECK(s.constraint_masks > 0);
+  CHECK_EQ(s.constraint_errors, int64_t{0});
 }
 
 TEST_MAIN()

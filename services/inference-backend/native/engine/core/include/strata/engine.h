@@ -148,6 +148,7 @@ class Engine {
   FinishReason commit_constraint(Sequence& seq, int32_t token, FinishReason reason);
   // One SamplingRow (plus penalty entries and stop ids) per slice with want_logits.
   void fill_sampling(const ScheduledStep& step);
+  void add_sampling_masks(const ScheduledStep& step);
   void add_sampling_row(Sequence& seq);
   FinishReason stop_reason(const Sequence& seq, int32_t token) const;
   void count_finished(FinishReason reason);
@@ -166,7 +167,6 @@ class Engine {
   std::vector<float> logits_;  // (rows, vocab_size); grows to the largest step seen
   SampleResult sample_;
   const bool device_sampling_;
-  bool sampled_on_device_ = false;  // this step's tokens came from forward_sample
   MaskWorker mask_worker_;
   std::vector<Sequence*> masked_;  // this step's constrained sequences that sample a token
   const size_t mask_words_;

@@ -38,15 +38,17 @@ class Sampler {
   void sample(Sequence& seq, float* logits, SampleResult& out);
   bool is_eos(int32_t token) const;
   int32_t vocab_size() const { return vocab_size_; }
+  // Whether a constraint's mask allows a token that is not a stop id (nor eos, unless
+  // ignore_eos): min_tokens may only mask stops while something else remains. The engine asks
+  // it for a device sampler's rows too.
+  bool allows_non_stop(const SamplingParams& params, const uint32_t* allowed);
 
  private:
   void apply_penalties(const Sequence& seq, float* logits);
   void mask_stops(const SamplingParams& params, float* logits) const;
   // Structured output: tokens the sequence's constraint disallows -> -inf.
   void apply_constraint(const uint32_t* allowed, float* logits) const;
-  // Whether the constraint allows a token that is not a stop id (nor eos, unless ignore_eos):
-  // min_tokens may only mask stops while something else remains.
-  bool allows_non_stop(const SamplingParams& params, const uint32_t* allowed);
+
   // The steps of sample(), in order. Candidates are cand_ (token ids) over `logits`.
   int32_t argmax(const float* logits) const;
   // Scales every finite logit by inv_temperature into cand_; false when every token is masked.

@@ -1,6 +1,7 @@
 // Batched next-token sampling on the GPU, with the CPU strata::Sampler's semantics (core/src/sampler.cpp):
 // repetition penalty (HF, distinct prompt + output tokens), frequency/presence penalties (OpenAI,
-// output tokens), min_tokens masking of eos/stop ids, temperature (greedy below
+// output tokens), a structured-output constraint's allowed-token mask, min_tokens masking of
+// eos/stop ids, temperature (greedy below
 // kSamplingGreedyTemperature), top-k -> top-p -> min-p, then one inverse-CDF draw with the
 // sequence's own uniform value, and logprobs (raw, or of the distribution drawn from).
 //
@@ -30,6 +31,11 @@ struct SamplingArgs {
   const SeqSamplingParams* params = nullptr;  // (n_seqs)
   const PenaltyEntry* penalty_entries = nullptr;  // pool the params' offsets index; null if no row has entries
   const int32_t* stop_ids = nullptr;          // pool the params' offsets index; null if no row has stop ids
+  // Structured output: row i's allowed tokens are the bits of allowed[allowed_offset[i] ...]
+  // (bit t % 32 of word t / 32), or every token when allowed_offset[i] < 0. Both null when no
+  // row is constrained.
+  const uint32_t* allowed = nullptr;
+  const int32_t* allowed_offset = nullptr;    // (n_seqs)
   int32_t* tokens = nullptr;                  // (n_seqs) the sampled token
   float* logprobs = nullptr;                  // (n_seqs) its logprob; 0 where logprobs == -1
   // (n_seqs, kSamplingMaxTop), most likely first; entries past top_counts[i] are -1 / -inf.
