@@ -212,6 +212,17 @@ void Engine::postprocess(const ScheduledStep& step, StepOutput& out) {
   for (size_t i = 0; i < step.seqs.size(); ++i) {
     if (!step.batch.seqs[i].want_logits) continue;
     Sequence& seq = *step.seqs[i];
+    if (seq.constraint && !seq.mask_ok) {
+      // Its mask failed or allowed nothing: no token can honour the constraint, so none is
+      // given; the request ends as aborted, and constraint_errors counts it.
+      ++row;
+      ++counters_.constraint_errors;
+      scheduler_.abort(seq, FinishReason::kAbort);
+      out.aborted.push_back({seq.request_id, FinishReason::kAbort});
+      count_finished(FinishReason::kAbort);
+      seqs_.erase(seq.request_id);
+      continue;
+    }
     if (device_sampling_) {
       const SampledRow& r = sampled_.rows[static_cast<size_t>(row)];
       sample_.token = r.token;
@@ -311,8 +322,8 @@ void Engine::add_sampling_row(Sequence& seq) {
 }
 
 FinishReason Engine::commit_constraint(Sequence& seq, int32_t token, FinishReason reason) {
-  // The sampler drew from the mask, so the constraint takes the token unless its mask failed.
-  if (!seq.mask_ok || !seq.constraint->commit(token)) {
+  // The sampler drew from the mask, so the constraint takes the token.
+  if (!seq.constraint->commit(token)) {
     ++counters_.constraint_errors;
     return FinishReason::kAbort;
   }

@@ -42,7 +42,12 @@ void MaskWorker::run() {
     const auto t0 = std::chrono::steady_clock::now();
     for (Sequence* seq : jobs) {
       seq->allowed.resize(n_words);
-      seq->mask_ok = seq->constraint->compute_mask(seq->allowed.data(), n_words);
+      bool ok = seq->constraint->compute_mask(seq->allowed.data(), n_words);
+      // A mask that allows nothing would leave the sampler no token: treated as a failed mask
+      // (the engine ends the sequence without a token, counted in constraint_errors).
+      bool any = false;
+      for (size_t w = 0; ok && !any && w < n_words; ++w) any = seq->allowed[w] != 0;
+      seq->mask_ok = ok && any;
     }
     const int64_t ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();

@@ -156,6 +156,73 @@ TEST_CASE("stop token ids, eos, ignore_eos and min_tokens decide the finish") {
   CHECK_EQ(min.finishes, 1);
 }
 
+// A constraint that allows, at each position, the tokens of its script (empty: none), and is
+// complete after the last: the engine's side of structured output without a grammar engine
+// (grammar/tests covers llguidance's).
+class ScriptedConstraint final : public TokenConstraint {
+ public:
+  explicit ScriptedConstraint(std::vector<std::vector<int32_t>> script) : script_(std::move(script)) {}
+  bool compute_mask(uint32_t* words, size_t n_words) override {
+    std::fill(words, words + n_words, 0u);
+    if (pos_ >= script_.size()) return false;
+    for (int32_t t : script_[pos_]) words[static_cast<uint32_t>(t) >> 5] |= 1u << (static_cast<uint32_t>(t) & 31u);
+    ++masks;
+    return true;
+  }
+  bool commit(int32_t token) override {
+    if (pos_ >= script_.size()) return false;
+    const auto& allowed = script_[pos_];
+    if (std::find(allowed.begin(), allowed.end(), token) == allowed.end()) return false;
+    ++pos_;
+    return true;
+  }
+  bool is_stopped() const override { return pos_ >= script_.size(); }
+  std::string error() const override { return ""; }
+  int masks = 0;
+
+ private:
+  std::vector<std::vector<int32_t>> script_;
+  size_t pos_ = 0;
+};
+
+TEST_CASE("a constraint's mask decides each token, and its completion ends the request") {
+  PagedEchoBackend backend(kVocab, Rule::kSuccessor, {9});
+  Engine engine(backend, config(32));
+  Request r = request(1, {5, 6, 7}, 10);  // the model alone would say 8, 9 (eos)
+  auto script = std::make_shared<ScriptedConstraint>(std::vector<std::vector<int32_t>>{{20, 21}, {30}, {2, 40}});
+  r.constraint = script;
+  engine.submit(r);
+  // min_tokens masks stop ids only while the grammar allows something else: here only eos.
+  Request eos_only = request(2, {5, 6, 7}, 10);
+  eos_only.params.min_tokens = 5;
+  eos_only.constraint = std::make_shared<ScriptedConstraint>(std::vector<std::vector<int32_t>>{{9}});
+  engine.submit(eos_only);
+  // A mask that allows nothing ends the request (abort) and counts as a constraint error.
+  Request empty = request(3, {5, 6, 7}, 10);
+  empty.constraint = std::make_shared<ScriptedConstraint>(std::vector<std::vector<int32_t>>{{}});
+  engine.submit(empty);
+  Driver d(engine);
+  d.run();
+  const Collected& one = d.by_id[1];
+  CHECK_EQ(one.tokens.size(), 3u);
+  if (one.tokens.size() == 3) {
+    CHECK(one.tokens[0] == 20 || one.tokens[0] == 21);
+    CHECK_EQ(one.tokens[1], 30);
+    CHECK(one.tokens[2] == 2 || one.tokens[2] == 40);
+  }
+  CHECK(one.reason == FinishReason::kStop);
+  CHECK_EQ(script->masks, 3);
+  CHECK((d.by_id[2].tokens == std::vector<int32_t>{9}));
+  CHECK(d.by_id[2].reason == FinishReason::kStop);
+  CHECK(d.by_id[3].tokens.empty());  // no token honours an empty mask: none is given
+  CHECK(d.by_id[3].reason == FinishReason::kAbort);
+  CHECK_EQ(d.by_id[3].finishes, 1);
+  const EngineStats s = engine.stats();
+  CHECK_EQ(s.constraint_masks, int64_t{5});
+  CHECK_EQ(s.constraint_errors, int64_t{1});
+  CHECK_EQ(s.kv_blocks_used, 0);
+}
+
 TEST_CASE("logprobs ride in the step output") {
   PagedEchoBackend backend(kVocab, Rule::kSuccessor);
   Engine engine(backend, config(32));

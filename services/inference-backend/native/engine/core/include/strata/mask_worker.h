@@ -22,7 +22,8 @@ class MaskWorker {
   MaskWorker& operator=(const MaskWorker&) = delete;
 
   // Starts filling seq->allowed (n_words words) and seq->mask_ok of each of `seqs` (each has a
-  // constraint). The sequences must stay alive and their constraints untouched until wait().
+  // constraint); mask_ok is false when the computation failed or allowed no token at all.
+  // The sequences must stay alive and their constraints untouched until wait().
   void start(const std::vector<Sequence*>& seqs, size_t n_words);
   // Blocks until start()'s masks are done; returns the nanoseconds it blocked.
   int64_t wait();
