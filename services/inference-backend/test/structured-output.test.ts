@@ -441,3 +441,81 @@ describe.skipIf(!smol.path || !grammarBuilt)(`structured output on SmolLM2-135M-
     expect(value('strata_backend_constraint_errors_total')).toBe(0);
   });
 });
+
+// Templates that teach their own call format (as Llama 3.1's and Mistral's do), set with
+// STRATA_CHAT_TEMPLATE on the same weights: the answer is constrained to that format and parsed
+// from it.
+const LLAMA_TEMPLATE =
+  '{{ bos_token }}{% if tools %}system: Given the following functions, respond with a JSON for a function call. ' +
+  'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.\n' +
+  '{% for t in tools %}{{ t | tojson }}\n{% endfor %}{% endif %}' +
+  "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}" +
+  '{% if add_generation_prompt %}assistant: {% endif %}';
+const MISTRAL_TEMPLATE =
+  '{{ bos_token }}{% for m in messages %}{% if m.role == "user" %}' +
+  '{% if loop.last and tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}' +
+  '[INST]{{ m.content }}[/INST]{% elif m.tool_calls %}[TOOL_CALLS]{{ m.tool_calls | tojson }}' +
+  '{% else %}{{ m.content }}{% endif %}{% endfor %}';
+
+describe.each([
+  ['Llama 3 JSON', LLAMA_TEMPLATE],
+  ['Mistral', MISTRAL_TEMPLATE],
+])(`tool calls in a template's own format (%s)${skipped}`, (_format, template) => {
+  let backend: TestBackend;
+  let client: OpenAI;
+  beforeAll(async () => {
+    if (!smol.path || !grammarBuilt) return;
+    backend = await startBackend({
+      STRATA_WARMUP: 'false',
+      STRATA_MODEL_DIR: smol.path,
+      STRATA_MAX_MODEL_LEN: '1024',
+      STRATA_CHAT_TEMPLATE: template,
+    });
+    client = new OpenAI({ baseURL: `${backend.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+  }, 60_000);
+  afterAll(async () => {
+    await backend?.close();
+  });
+
+  it.skipIf(!smol.path || !grammarBuilt)(
+    'answers tool_choice required with parsed calls, streamed and not',
+    async () => {
+      const Clock = z.strictObject({ timezone: z.string().max(30) });
+      const request = {
+        model: MODEL,
+        messages: [{ role: 'user' as const, content: 'What time is it in Tokyo?' }],
+        tools: [
+          {
+            type: 'function' as const,
+            function: { name: 'get_time', parameters: z.toJSONSchema(Clock) as Record<string, unknown> },
+          },
+        ],
+        tool_choice: 'required' as const,
+        temperature: 0,
+        max_tokens: 80,
+      };
+      const r = await client.chat.completions.create(request);
+      const choice = r.choices[0];
+      expect(choice?.finish_reason).toBe('tool_calls');
+      const call = choice?.message.tool_calls?.[0];
+      if (call?.type !== 'function')
+        throw new Error(`expected a function call, got ${JSON.stringify(choice?.message)}`);
+      expect(call.function.name).toBe('get_time');
+      expect(Clock.safeParse(JSON.parse(call.function.arguments)).success, call.function.arguments).toBe(
+        true,
+      );
+
+      const stream = await client.chat.completions.create({ ...request, stream: true });
+      const names: string[] = [];
+      let finish: string | null | undefined;
+      for await (const chunk of stream) {
+        for (const c of chunk.choices[0]?.delta?.tool_calls ?? [])
+          if (c.function?.name) names.push(c.function.name);
+        finish = chunk.choices[0]?.finish_reason ?? finish;
+      }
+      expect(names).toEqual(['get_time']);
+      expect(finish).toBe('tool_calls');
+    },
+    60_000,
+  );
+});

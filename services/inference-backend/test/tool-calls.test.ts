@@ -2,16 +2,22 @@
 // that might begin a call is held back, calls come out whole when their closing tag arrives,
 // and nothing the model wrote is lost (a bad or unclosed call stays content).
 import { describe, expect, it } from 'vitest';
-import { ToolCallParser, toolGrammar, toolPlan } from '../src/routes/tool-calls.js';
+import {
+  ToolCallParser,
+  type ToolFormat,
+  toolFormatOf,
+  toolGrammar,
+  toolPlan,
+} from '../src/routes/tool-calls.js';
 
 const tools = [
   { type: 'function' as const, function: { name: 'get_weather', parameters: { type: 'object' } } },
   { type: 'function' as const, function: { name: 'get_time' } },
 ];
 
-/** Feeds `text` in pieces of `size` characters; returns the content, the calls, and the pieces' outputs. */
-function run(text: string, size: number) {
-  const parser = new ToolCallParser(tools);
+/** Feeds `text` in pieces of `size` characters; returns the content and the calls. */
+function run(text: string, size: number, format: ToolFormat = 'hermes') {
+  const parser = new ToolCallParser(tools, format);
   let content = '';
   const calls: { name: string; arguments: string }[] = [];
   for (let i = 0; i < text.length; i += size) {
@@ -19,7 +25,9 @@ function run(text: string, size: number) {
     content += step.content;
     calls.push(...step.calls.map((c) => c.function));
   }
-  content += parser.finish().content;
+  const last = parser.finish();
+  content += last.content;
+  calls.push(...last.calls.map((c) => c.function));
   return { content, calls };
 }
 
@@ -75,5 +83,64 @@ describe('toolPlan and toolGrammar', () => {
     const named = toolPlan({ tools, tool_choice: { type: 'function', function: { name: 'get_time' } } });
     expect(named && toolGrammar(named)?.data).toContain('"const":"get_time"');
     expect(named && toolGrammar(named)?.data).not.toContain('get_weather');
+  });
+});
+
+describe('the formats of other templates', () => {
+  it('recognises the call format a template teaches', () => {
+    expect(toolFormatOf(null)).toBe('hermes');
+    expect(toolFormatOf('{% for m in messages %}{{ m.content }}{% endfor %}')).toBe('hermes'); // knows no tools
+    expect(
+      toolFormatOf('{% if tools %}<tools>{{ tools }}</tools> use <tool_call></tool_call>{% endif %}'),
+    ).toBe('hermes');
+    expect(toolFormatOf('{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}{% endif %}[TOOL_CALLS]')).toBe(
+      'mistral',
+    );
+    expect(
+      toolFormatOf(
+        '{% if tools %}Respond in the format {"name": function name, "parameters": ...}{% endif %}',
+      ),
+    ).toBe('llama3-json');
+  });
+
+  it.each([1, 4, 1000])("finds Mistral's call list after [TOOL_CALLS] (pieces of %i)", (size) => {
+    const text =
+      'Checking. [TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Oslo"}}, {"name": "get_time", "arguments": {}}]';
+    expect(run(text, size, 'mistral')).toEqual({
+      content: 'Checking. ',
+      calls: [
+        { name: 'get_weather', arguments: '{"city":"Oslo"}' },
+        { name: 'get_time', arguments: '{}' },
+      ],
+    });
+    expect(run('[TOOL_CALLS][{"name": "nope", "arguments": {}}]', size, 'mistral').calls).toEqual([]);
+  });
+
+  it.each([1, 5, 1000])(
+    "reads Llama 3's JSON answer as one call, and text as text (pieces of %i)",
+    (size) => {
+      expect(
+        run('  <|python_tag|>{"name": "get_time", "parameters": {"tz": "UTC"}}', size, 'llama3-json'),
+      ).toEqual({
+        content: '',
+        calls: [{ name: 'get_time', arguments: '{"tz":"UTC"}' }],
+      });
+      expect(run('It is sunny {not a call}', size, 'llama3-json')).toEqual({
+        content: 'It is sunny {not a call}',
+        calls: [],
+      });
+      const cut = '{"name": "get_time", "param';
+      expect(run(cut, size, 'llama3-json')).toEqual({ content: cut, calls: [] });
+    },
+  );
+
+  it('constrains each format with its own grammar', () => {
+    const mistral = toolPlan({ tools, tool_choice: 'required' }, 'mistral');
+    expect(mistral && toolGrammar(mistral)?.data).toMatch(/^start: "\[TOOL_CALLS\]" %json \{"type":"array"/);
+    const llama = toolPlan({ tools, tool_choice: 'required' }, 'llama3-json');
+    expect(llama?.parallel).toBe(false);
+    const grammar = llama && toolGrammar(llama)?.data;
+    expect(grammar).toMatch(/^start: %json \{"anyOf":/);
+    expect(grammar).toContain('"required":["name","parameters"]');
   });
 });

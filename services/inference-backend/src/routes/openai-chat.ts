@@ -34,6 +34,7 @@ import {
   ToolCallParser,
   type ToolPlan,
   templateReadsTools,
+  toolFormatOf,
   toolGrammar,
   toolPlan,
   toolPromptMessages,
@@ -89,7 +90,7 @@ export async function chatPrompt(
     'messages' | 'add_generation_prompt' | 'chat_template_kwargs' | 'max_tokens' | 'max_completion_tokens'
   > &
     Partial<Pick<ChatCompletionRequest, 'tools' | 'tool_choice' | 'parallel_tool_calls'>>,
-  plan: ToolPlan | undefined = toolPlan(body),
+  plan: ToolPlan | undefined = toolPlan(body, toolFormatOf(runtime.files.chatTemplate)),
 ): Promise<Int32Array> {
   // Content parts are joined with newlines, as vLLM does for text parts.
   const { messages, variables } = toolPromptMessages(
@@ -137,7 +138,7 @@ export const chatRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = async (app,
       const body = request.body as ChatCompletionRequest; // no nulls left: dropNullFields ran first
       runtime.checkModel(body.model);
       checkStreamOptions(body);
-      const plan = toolPlan(body);
+      const plan = toolPlan(body, toolFormatOf(runtime.files.chatTemplate));
       const grammar = oneGrammar(grammarOf(body), plan && toolGrammar(plan)); // before any work: a 400
       const prompt = await chatPrompt(runtime, body, plan);
       const maxTokens = body.max_completion_tokens ?? body.max_tokens;
@@ -165,15 +166,13 @@ export const chatRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = async (app,
         };
         let finishReason = answer.finishReason;
         if (plan) {
-          const parser = new ToolCallParser(plan.tools);
+          const parser = new ToolCallParser(plan.tools, plan.format);
           const found = parser.push(answer.text);
-          const content = found.content + parser.finish().content;
-          if (found.calls.length > 0) {
-            message = {
-              role: 'assistant',
-              content: content === '' ? null : content,
-              tool_calls: found.calls,
-            };
+          const last = parser.finish();
+          const content = found.content + last.content;
+          const calls = [...found.calls, ...last.calls];
+          if (calls.length > 0) {
+            message = { role: 'assistant', content: content === '' ? null : content, tool_calls: calls };
             finishReason = toolFinishReason(plan, finishReason);
           }
         }
@@ -189,7 +188,7 @@ export const chatRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = async (app,
       }
 
       const includeUsage = body.stream_options?.include_usage === true;
-      const tools = plan ? new ToolCallParser(plan.tools) : undefined;
+      const tools = plan ? new ToolCallParser(plan.tools, plan.format) : undefined;
       let callIndex = 0;
       let sawCalls = false;
       const chunk = (choice: Record<string, unknown>) => ({
@@ -217,7 +216,11 @@ export const chatRoutes: FastifyPluginAsyncZod<OpenAiRouteOptions> = async (app,
             let finish = done ? openAiFinishReason(done.finishReason) : null;
             if (tools) {
               const step = tools.push(text);
-              if (done) step.content += tools.finish().content;
+              if (done) {
+                const last = tools.finish();
+                step.content += last.content;
+                step.calls.push(...last.calls);
+              }
               const calls = step.calls.map((call) => ({ index: callIndex++, ...call }));
               delta = {
                 ...(step.content !== '' ? { content: step.content } : {}),

@@ -1,13 +1,17 @@
 // Tool calling on /v1/chat/completions: the request's tools into the prompt, the model's calls
 // out of its text, in OpenAI's shapes.
 //
-// The wire format is Hermes' (Qwen2.5, Hermes, SmolLM3 and others): each call is
-// `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`. A chat template that reads
-// `tools` itself gets them as a variable (and the history's tool_calls and tool messages as
-// transformers passes them); any other template gets a system message that lists the tools
-// and that format, tool calls written back in it and tool results as <tool_response> turns.
+// A chat template that reads `tools` itself gets them as a variable (and the history's tool_calls
+// and tool messages as transformers passes them), and the model answers in the format that
+// template teaches, recognised from the template's text (toolFormatOf):
+//  - Hermes (Qwen2.5, Hermes, SmolLM3, ...): `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`
+//    per call;
+//  - Mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`;
+//  - Llama 3.x's JSON tool calling: the whole answer is `{"name": ..., "parameters": {...}}`.
+// Any other template (SmolLM2's) gets a system message that lists the tools and the Hermes
+// format, tool calls written back in it and tool results as <tool_response> turns.
 //
-// tool_choice 'required' and a named function constrain the output to that format with the
+// tool_choice 'required' and a named function constrain the output to the format with the
 // tools' parameter schemas (a Lark grammar with %json bodies), so every call parses and names
 // a tool; 'auto' leaves the model free and finds calls in its text, as vLLM does; 'none' leaves
 // tools out of the prompt.
@@ -24,10 +28,24 @@ import type { ChatMessage } from '../model/chat-template.js';
 
 export const OPEN = '<tool_call>';
 export const CLOSE = '</tool_call>';
+const MISTRAL = '[TOOL_CALLS]';
+const PYTHON_TAG = '<|python_tag|>';
+
+/** How a model writes its calls: its template's convention (see the top of this file). */
+export type ToolFormat = 'hermes' | 'mistral' | 'llama3-json';
+
+/** The call format a chat template teaches; Hermes' for a template that knows no tools. */
+export function toolFormatOf(template: string | null): ToolFormat {
+  if (template === null || !templateReadsTools(template) || template.includes(OPEN)) return 'hermes';
+  if (template.includes(MISTRAL)) return 'mistral';
+  if (template.includes('"parameters"')) return 'llama3-json';
+  return 'hermes';
+}
 
 /** What a request asks of its tools; undefined when the answer is plain text. */
 export interface ToolPlan {
   tools: readonly Tool[];
+  format: ToolFormat;
   mode: 'auto' | 'required' | 'named';
   /** 'named': the one function the answer must call. */
   name?: string;
@@ -40,6 +58,7 @@ const invalid = (message: string) => new StrataError('STRATA_INVALID_REQUEST', m
 /** The request's tool plan. Throws STRATA_INVALID_REQUEST for a choice its tools cannot meet. */
 export function toolPlan(
   body: Pick<ChatCompletionRequest, 'tools' | 'tool_choice' | 'parallel_tool_calls'>,
+  format: ToolFormat = 'hermes',
 ): ToolPlan | undefined {
   const tools = body.tools ?? [];
   const choice = body.tool_choice ?? (tools.length > 0 ? 'auto' : 'none');
@@ -58,29 +77,43 @@ export function toolPlan(
         `tool_choice names the function '${name}', which tools does not list (it lists ${names.join(', ')})`,
       );
     }
-    return { tools, mode: 'named', name, parallel: false };
+    return { tools, format, mode: 'named', name, parallel: false };
   }
-  return { tools, mode: choice, parallel };
+  // Llama 3's JSON tool calling has one call per answer.
+  return { tools, format, mode: choice, parallel: parallel && format !== 'llama3-json' };
 }
 
+/** The key of a call's arguments in `format`. */
+const argumentsKey = (format: ToolFormat) => (format === 'llama3-json' ? 'parameters' : 'arguments');
+
 /** One call's JSON body: {"name": <one of the tools>, "arguments": <its parameters>}. */
-function callSchema(tools: readonly Tool[]): Record<string, unknown> {
+function callSchema(tools: readonly Tool[], format: ToolFormat): Record<string, unknown> {
+  const key = argumentsKey(format);
   const one = (t: Tool) => ({
     type: 'object',
-    properties: { name: { const: t.function.name }, arguments: t.function.parameters ?? { type: 'object' } },
-    required: ['name', 'arguments'],
+    properties: { name: { const: t.function.name }, [key]: t.function.parameters ?? { type: 'object' } },
+    required: ['name', key],
     additionalProperties: false,
   });
   return tools.length === 1 ? one(tools[0] as Tool) : { anyOf: tools.map(one) };
 }
 
-/** The grammar of a 'required' or named answer; undefined for 'auto'. */
+/** The grammar of a 'required' or named answer, in the plan's format; undefined for 'auto'. */
 export function toolGrammar(plan: ToolPlan): GrammarSpec | undefined {
   if (plan.mode === 'auto') return undefined;
   const tools = plan.mode === 'named' ? plan.tools.filter((t) => t.function.name === plan.name) : plan.tools;
-  const call = `call: ${JSON.stringify(`${OPEN}\n`)} %json ${JSON.stringify(callSchema(tools))} ${JSON.stringify(`\n${CLOSE}`)}`;
-  const start = plan.parallel ? 'start: call ("\\n" call)*' : 'start: call';
-  return { kind: 'lark', data: `${start}\n${call}\n`, field: 'tools' };
+  const call = callSchema(tools, plan.format);
+  let data: string;
+  if (plan.format === 'mistral') {
+    const list = { type: 'array', items: call, minItems: 1, ...(plan.parallel ? {} : { maxItems: 1 }) };
+    data = `start: ${JSON.stringify(MISTRAL)} %json ${JSON.stringify(list)}\n`;
+  } else if (plan.format === 'llama3-json') {
+    data = `start: %json ${JSON.stringify(call)}\n`;
+  } else {
+    const line = `call: ${JSON.stringify(`${OPEN}\n`)} %json ${JSON.stringify(call)} ${JSON.stringify(`\n${CLOSE}`)}`;
+    data = `${plan.parallel ? 'start: call ("\\n" call)*' : 'start: call'}\n${line}\n`;
+  }
+  return { kind: 'lark', data, field: 'tools' };
 }
 
 const contentText = (m: ChatMessageInput): string =>
@@ -174,24 +207,51 @@ export interface ToolStep {
 }
 
 /**
- * Finds Hermes tool calls in the model's text as it streams: text that might still begin a
- * `<tool_call>` is held back; a call is released when its closing tag arrives, if its body is
- * JSON naming one of the tools (else the block stays plain content). finish() releases what is
- * left: an unclosed call (cut by max_tokens) as content, so nothing the model wrote is lost.
+ * Finds tool calls in the model's text as it streams, in the plan's format, and releases the rest
+ * as content; nothing the model wrote is lost (a block that does not parse, or names no tool,
+ * stays content).
+ *  - Hermes: text that might still begin a `<tool_call>` is held back; a call is released when
+ *    its closing tag arrives; whitespace between calls is dropped.
+ *  - Mistral: text up to `[TOOL_CALLS]` is content; the list after it is parsed at the end.
+ *  - Llama 3 JSON: an answer that starts (after whitespace or <|python_tag|>) with `{` is held
+ *    and parsed at the end as one call; any other answer is content.
+ * finish() releases what is left: an unclosed call (cut by max_tokens) as content.
  */
 export class ToolCallParser {
   #buffer = '';
   #inCall = false;
-  /** Right after a call: whitespace before the next call is dropped, not content. */
+  /** Right after a Hermes call: whitespace before the next call is dropped, not content. */
   #afterCall = false;
+  /** Llama 3 JSON: whether the answer began as a call (undefined while it cannot tell). */
+  #answerIsCall: boolean | undefined;
   readonly #names: ReadonlySet<string>;
+  readonly #format: ToolFormat;
 
-  constructor(tools: readonly Tool[]) {
+  constructor(tools: readonly Tool[], format: ToolFormat = 'hermes') {
     this.#names = new Set(tools.map((t) => t.function.name));
+    this.#format = format;
   }
 
   push(text: string): ToolStep {
     this.#buffer += text;
+    if (this.#format === 'mistral') return this.#pushUntil(MISTRAL);
+    if (this.#format === 'llama3-json') return this.#pushLlama();
+    return this.#pushHermes();
+  }
+
+  finish(): ToolStep {
+    const rest = this.#buffer;
+    this.#buffer = '';
+    const wasCall = this.#inCall || this.#answerIsCall === true;
+    this.#inCall = false;
+    this.#afterCall = false;
+    if (!wasCall || this.#format === 'hermes') return { content: rest, calls: [] };
+    const calls =
+      this.#format === 'mistral' ? this.#parseList(rest.slice(MISTRAL.length)) : this.#parseLlama(rest);
+    return calls ? { content: '', calls } : { content: rest, calls: [] };
+  }
+
+  #pushHermes(): ToolStep {
     const step: ToolStep = { content: '', calls: [] };
     for (;;) {
       if (!this.#inCall && this.#afterCall) {
@@ -203,9 +263,7 @@ export class ToolCallParser {
       if (!this.#inCall) {
         const at = this.#buffer.indexOf(OPEN);
         if (at < 0) {
-          const keep = heldPrefix(this.#buffer, OPEN);
-          step.content += this.#buffer.slice(0, this.#buffer.length - keep);
-          this.#buffer = this.#buffer.slice(this.#buffer.length - keep);
+          step.content += this.#release(OPEN);
           return step;
         }
         step.content += this.#buffer.slice(0, at);
@@ -218,35 +276,83 @@ export class ToolCallParser {
       this.#buffer = this.#buffer.slice(end + CLOSE.length);
       this.#inCall = false;
       this.#afterCall = true;
-      const call = this.#parse(block.slice(OPEN.length, end));
+      const call = this.#call(block.slice(OPEN.length, end), 'arguments');
       if (call) step.calls.push(call);
       else step.content += block;
     }
   }
 
-  finish(): ToolStep {
-    const content = this.#buffer;
-    this.#buffer = '';
-    this.#inCall = false;
-    this.#afterCall = false;
+  /** Content until `marker`; from the marker on, everything is held for finish(). */
+  #pushUntil(marker: string): ToolStep {
+    if (this.#inCall) return { content: '', calls: [] };
+    const at = this.#buffer.indexOf(marker);
+    if (at < 0) return { content: this.#release(marker), calls: [] };
+    const content = this.#buffer.slice(0, at);
+    this.#buffer = this.#buffer.slice(at);
+    this.#inCall = true;
     return { content, calls: [] };
   }
 
-  #parse(body: string): ToolCall | undefined {
-    let value: unknown;
-    try {
-      value = JSON.parse(body);
-    } catch {
-      return undefined;
+  #pushLlama(): ToolStep {
+    if (this.#answerIsCall === undefined) {
+      let rest = this.#buffer.trimStart();
+      if (rest.startsWith(PYTHON_TAG)) rest = rest.slice(PYTHON_TAG.length).trimStart();
+      if (rest === '' || PYTHON_TAG.startsWith(rest)) return { content: '', calls: [] };
+      this.#answerIsCall = rest.startsWith('{');
     }
-    if (typeof value !== 'object' || value === null) return undefined;
-    const { name, arguments: args } = value as { name?: unknown; arguments?: unknown };
+    if (this.#answerIsCall) return { content: '', calls: [] };
+    const content = this.#buffer;
+    this.#buffer = '';
+    return { content, calls: [] };
+  }
+
+  /** The buffer but for a tail that could begin `tag`, which stays held. */
+  #release(tag: string): string {
+    const keep = heldPrefix(this.#buffer, tag);
+    const out = this.#buffer.slice(0, this.#buffer.length - keep);
+    this.#buffer = this.#buffer.slice(this.#buffer.length - keep);
+    return out;
+  }
+
+  #parseList(text: string): ToolCall[] | undefined {
+    const value = parseJson(text);
+    if (!Array.isArray(value) || value.length === 0) return undefined;
+    const calls = value.map((v) => this.#callOf(v, 'arguments'));
+    return calls.every((c) => c !== undefined) ? (calls as ToolCall[]) : undefined;
+  }
+
+  #parseLlama(text: string): ToolCall[] | undefined {
+    let body = text.trimStart();
+    if (body.startsWith(PYTHON_TAG)) body = body.slice(PYTHON_TAG.length);
+    const value = parseJson(body);
+    const key =
+      typeof value === 'object' && value !== null && !('parameters' in value) ? 'arguments' : 'parameters';
+    const call = this.#callOf(value, key);
+    return call ? [call] : undefined;
+  }
+
+  #call(body: string, key: string): ToolCall | undefined {
+    return this.#callOf(parseJson(body), key);
+  }
+
+  #callOf(value: unknown, key: string): ToolCall | undefined {
+    if (typeof value !== 'object' || value === null || Array.isArray(value)) return undefined;
+    const record = value as Record<string, unknown>;
+    const name = record.name;
     if (typeof name !== 'string' || !this.#names.has(name)) return undefined;
     return {
       id: `call_${randomUUID().replaceAll('-', '').slice(0, 24)}`,
       type: 'function',
-      function: { name, arguments: JSON.stringify(args ?? {}) },
+      function: { name, arguments: JSON.stringify(record[key] ?? {}) },
     };
+  }
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
   }
 }
 
