@@ -3,10 +3,31 @@
 // whatever the service forwards continues the trace from here. Ended when the response is done
 // or the connection closes (streams included). With tracing off the tracer is the API's no-op:
 // nothing is recorded and the traceparent is left as it came, except at the edge, which still
-// starts a trace id for the logs (childTraceparent).
+// starts a trace id for the logs (childTraceparent); the id is chosen when the request's logger
+// is made (requestTraceId), so that its log lines and what it forwards carry the same one.
+import type { IncomingMessage } from 'node:http';
 import { type Context, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { FastifyInstance } from 'fastify';
-import { childTraceparent, formatTraceparent, HEADERS, parseTraceparent } from './headers.js';
+import type { Logger } from 'pino';
+import { childTraceparent, formatTraceparent, HEADERS, newTraceId, parseTraceparent } from './headers.js';
+import { requestLogger } from './logger.js';
+
+// Trace ids started for requests that came without a valid traceparent, until their span hook
+// forwards them.
+const originated = new WeakMap<IncomingMessage, string>();
+
+/**
+ * The trace id a request's log lines carry, decided before its hooks run (service.ts makes the
+ * request's logger with it): the incoming traceparent's, else, where the service originates
+ * traces (`originate`), a new one that traceRequests then forwards; else none.
+ */
+export function requestTraceId(raw: IncomingMessage, originate: boolean): string | undefined {
+  const incoming = parseTraceparent(raw.headers[HEADERS.traceparent])?.traceId;
+  if (incoming !== undefined || !originate) return incoming;
+  const traceId = newTraceId();
+  originated.set(raw, traceId);
+  return traceId;
+}
 
 /** The context of an incoming traceparent (a remote parent), or the root when there is none. */
 export function parentContext(traceparent: unknown): Context {
@@ -22,7 +43,8 @@ export function parentContext(traceparent: unknown): Context {
 
 export function traceRequests(app: FastifyInstance, service: string, options: { originate: boolean }): void {
   const tracer = trace.getTracer(service);
-  app.addHook('onRequest', async (request, reply) => {
+  // A callback hook: a few microseconds less per request than an async one.
+  app.addHook('onRequest', (request, reply, done) => {
     const incoming = request.headers[HEADERS.traceparent];
     const route = request.routeOptions.url ?? 'unmatched';
     const span = tracer.startSpan(
@@ -37,12 +59,22 @@ export function traceRequests(app: FastifyInstance, service: string, options: { 
       },
       parentContext(incoming),
     );
-    if (span.isRecording()) {
-      const { traceId, spanId, traceFlags } = span.spanContext();
-      request.headers[HEADERS.traceparent] =
-        `00-${traceId}-${spanId}-${traceFlags.toString(16).padStart(2, '0')}`;
-    } else if (options.originate) {
-      request.headers[HEADERS.traceparent] = formatTraceparent(childTraceparent(incoming));
+    const logged = originated.get(request.raw);
+    originated.delete(request.raw);
+    if (!span.isRecording()) {
+      // A no-op span: nothing to end. At the edge the trace starts here, with the logs' id.
+      if (options.originate) {
+        request.headers[HEADERS.traceparent] = formatTraceparent(childTraceparent(incoming, logged));
+      }
+      done();
+      return;
+    }
+    const { traceId, spanId, traceFlags } = span.spanContext();
+    request.headers[HEADERS.traceparent] =
+      `00-${traceId}-${spanId}-${traceFlags.toString(16).padStart(2, '0')}`;
+    // A span without a parent starts its own trace: the logs follow it.
+    if (traceId !== (parseTraceparent(incoming)?.traceId ?? logged)) {
+      request.log = requestLogger(app.log as Logger, { requestId: request.id, traceId });
     }
     reply.raw.once('close', () => {
       const status = reply.raw.statusCode;
@@ -51,5 +83,6 @@ export function traceRequests(app: FastifyInstance, service: string, options: { 
       if (!reply.raw.writableFinished) span.setAttribute('strata.client_closed', true);
       span.end();
     });
+    done();
   });
 }

@@ -15,8 +15,8 @@ import Fastify, {
 import type { Logger } from 'pino';
 import { DEFAULT_HTTP_LIMITS, type HttpLimits } from './config.js';
 import { errorBodyJsonSchema, StrataError } from './errors.js';
-import { HEADERS, parseTraceparent, requestIdFrom } from './headers.js';
-import { traceRequests } from './http-span.js';
+import { HEADERS, requestIdFrom } from './headers.js';
+import { requestTraceId, traceRequests } from './http-span.js';
 import type { ServiceMetrics } from './metrics.js';
 import { Readiness } from './readiness.js';
 import {
@@ -165,6 +165,11 @@ function keepConnectionToDrain(request: FastifyRequest, reply: FastifyReply): vo
   if (Number.isFinite(declared) && declared <= DRAIN_BODY_MAX_BYTES) reply.removeHeader('connection');
 }
 
+function hasNoKeys(o: object): boolean {
+  for (const _ in o) return false;
+  return true;
+}
+
 export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
   const readiness = options.readiness ?? new Readiness();
   const httpLimits: HttpLimits = { ...DEFAULT_HTTP_LIMITS };
@@ -172,6 +177,17 @@ export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
     // pino's Logger is a FastifyBaseLogger; the cast keeps the app's type the default one.
     loggerInstance: options.logger as FastifyBaseLogger,
     genReqId: (req) => requestIdFrom(req.headers),
+    // One logger per request, bound to its request id and trace id at once. Binding the trace id
+    // in a hook made a child of each request's child, about 30 µs a request with its two log
+    // lines against 7 µs for one child (pino 9); the options Fastify passes are empty unless a
+    // route sets a log level, and an empty object takes pino's slower path for children.
+    childLoggerFactory: (logger, bindings, opts, raw) => {
+      const traceId = requestTraceId(raw, options.traceRequests === 'originate');
+      return logger.child(
+        traceId === undefined ? bindings : { ...bindings, trace_id: traceId },
+        hasNoKeys(opts) ? undefined : opts,
+      );
+    },
     // Fastify's per-request lines are replaced by one 'request completed' line (onResponse).
     logController: new LogController({ requestIdLogLabel: 'request_id', disableRequestLogging: true }),
     bodyLimit: options.bodyLimit ?? 1024 * 1024,
@@ -192,17 +208,16 @@ export function createServiceApp(options: ServiceAppOptions): FastifyInstance {
   return app;
 }
 
-// Request ids and trace ids on every request, its response and its log lines; header bytes
-// that are not valid UTF-8 refused once the id is set.
+// Request ids on every request and its response (its log lines carry them and the trace id:
+// childLoggerFactory above); header bytes that are not valid UTF-8 refused once the id is set.
 function correlateRequests(app: FastifyInstance, options: ServiceAppOptions): void {
-  // Before the hook below, which logs the trace id the request will carry onwards.
+  // First, so that the request's span covers every later hook.
   if (options.traceRequests) {
     traceRequests(app, options.name, { originate: options.traceRequests === 'originate' });
   }
-  app.addHook('onRequest', async (request, reply) => {
+  app.addHook('onRequest', (request, reply, done) => {
     reply.header(HEADERS.requestId, request.id);
-    const traceId = parseTraceparent(request.headers[HEADERS.traceparent])?.traceId;
-    if (traceId) request.log = request.log.child({ trace_id: traceId });
+    done();
   });
   // After the hook above, so that the 400 carries the request id.
   app.addHook('onRequest', rejectInvalidHeaderBytes);
@@ -211,7 +226,7 @@ function correlateRequests(app: FastifyInstance, options: ServiceAppOptions): vo
 // Every response counted and timed by method, route and status; one 'request completed' line
 // per request except health checks and scrapes.
 function logAndCountResponses(app: FastifyInstance, metrics: ServiceMetrics): void {
-  app.addHook('onResponse', async (request, reply) => {
+  app.addHook('onResponse', (request, reply, done) => {
     const route = request.routeOptions.url ?? 'unmatched';
     const labels = { method: request.method, route, status: String(reply.statusCode) };
     const seconds = reply.elapsedTime / 1000;
@@ -228,6 +243,7 @@ function logAndCountResponses(app: FastifyInstance, metrics: ServiceMetrics): vo
         'request completed',
       );
     }
+    done();
   });
 }
 

@@ -1,6 +1,7 @@
 // The forwarding hops' SERVER span: exported over OTLP/HTTP to a real receiver, child of the
 // caller's traceparent, and the traceparent the service passes on names that span.
 import { randomBytes } from 'node:crypto';
+import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../src/logger.js';
 import { createMetrics } from '../src/metrics.js';
@@ -19,10 +20,20 @@ afterAll(async () => {
   await receiver.close();
 });
 
+const logLines: Array<Record<string, unknown>> = [];
+
 function app(mode: 'continue' | 'originate') {
   const server = createServiceApp({
     name: 'edge-gateway',
-    logger: createLogger({ service: 'edge-gateway', level: 'silent' }),
+    logger: createLogger({
+      service: 'edge-gateway',
+      destination: new Writable({
+        write(chunk, _e, done) {
+          logLines.push(JSON.parse(String(chunk)));
+          done();
+        },
+      }),
+    }),
     metrics: createMetrics('edge-gateway', { defaultMetrics: false }),
     traceRequests: mode,
   });
@@ -48,12 +59,14 @@ describe('request spans', () => {
     expect(spanId).not.toBe(parentId);
 
     const originating = app('originate');
-    const fresh = (
-      (await originating.inject({ method: 'POST', url: '/v1/generate', payload: {} })).json() as {
-        forwarded: string;
-      }
-    ).forwarded;
+    const freshRes = await originating.inject({ method: 'POST', url: '/v1/generate', payload: {} });
+    const fresh = (freshRes.json() as { forwarded: string }).forwarded;
     expect(fresh).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
+    // The logs of both carry the trace they forward: the caller's, and the one the span started.
+    const completed = (requestId: unknown) =>
+      logLines.find((l) => l.request_id === requestId && l.msg === 'request completed');
+    expect(completed('span-1')?.trace_id).toBe(traceId);
+    expect(completed(freshRes.headers['x-request-id'])?.trace_id).toBe(fresh.split('-')[1]);
 
     await telemetry.shutdown(); // flushes the batch
     const spans = receiver.spans();

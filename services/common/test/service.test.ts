@@ -205,4 +205,46 @@ describe('service base', () => {
     const logged = lines.map((l) => JSON.parse(l)).find((l) => l.msg === 'request rejected');
     expect(logged).toMatchObject({ request_id: 'r-t', trace_id: '4bf92f3577b34da6a3ce929d0e0e4736' });
   });
+
+  it('logs the trace id it starts for a request without one, the one it forwards', async () => {
+    const lines: string[] = [];
+    const app = createServiceApp({
+      name: 'edge-gateway',
+      logger: createLogger({
+        service: 'edge-gateway',
+        destination: new Writable({
+          write(chunk, _e, done) {
+            lines.push(String(chunk));
+            done();
+          },
+        }),
+      }),
+      metrics: createMetrics('edge-gateway', { defaultMetrics: false }),
+      traceRequests: 'originate',
+    });
+    app.post('/v1/generate', async (request) => {
+      request.log.info('forwarding');
+      return { forwarded: request.headers.traceparent };
+    });
+    const ids = new Set<string>();
+    for (const traceparent of [undefined, 'not-a-traceparent']) {
+      const res = await app.inject({
+        method: 'POST',
+        url: '/v1/generate',
+        headers: traceparent ? { traceparent } : {},
+        payload: {},
+      });
+      const forwarded = (res.json() as { forwarded: string }).forwarded;
+      expect(forwarded).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
+      const traceId = forwarded.split('-')[1] as string;
+      const logged = lines
+        .map((l) => JSON.parse(l))
+        .filter((l) => l.request_id === res.headers['x-request-id']);
+      expect(logged.map((l) => l.msg)).toEqual(['forwarding', 'request completed']);
+      for (const line of logged) expect(line.trace_id).toBe(traceId);
+      ids.add(traceId);
+    }
+    expect(ids.size).toBe(2); // a new trace each time
+    await app.close();
+  });
 });

@@ -46,7 +46,7 @@ export function buildApp(ctx: Omit<BootContext<Config>, 'telemetry'>, parts: Edg
     metrics.rejections.inc({ code, reason: rejectionReason(code) });
     metrics.requests.inc({ endpoint: request.routeOptions.url ?? 'unmatched', outcome: 'rejected' });
   });
-  app.addHook('onResponse', async (request, reply) => {
+  app.addHook('onResponse', (request, reply, done) => {
     // Unknown routes and known ones asked with another method are answered by the not-found
     // handler, which raises no error.
     if (request.routeOptions.url === undefined && (reply.statusCode === 404 || reply.statusCode === 405)) {
@@ -54,6 +54,7 @@ export function buildApp(ctx: Omit<BootContext<Config>, 'telemetry'>, parts: Edg
       metrics.rejections.inc({ code, reason: rejectionReason(code) });
       metrics.requests.inc({ endpoint: 'unmatched', outcome: 'rejected' });
     }
+    done();
   });
 
   registerOpenApi(

@@ -5,6 +5,7 @@ import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import type http from 'node:http';
+import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -177,6 +178,46 @@ describe('forwarding', () => {
     expect(
       await edge.metric('strata_edge_requests_total', { outcome: 'client_closed' }),
     ).toBeGreaterThanOrEqual(1);
+  });
+
+  it('reads from the router only as fast as the client reads (backpressure)', async () => {
+    // 128 MiB of SSE comments (no tokens to charge), written as fast as the edge takes them.
+    const total = 128 * 1024 * 1024;
+    const chunk = Buffer.from(`: ${'x'.repeat(64 * 1024 - 4)}\n\n`); // 64 KiB
+    let written = 0;
+    upstream.answer = (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8' });
+      const pump = () => {
+        while (written < total) {
+          written += chunk.length;
+          if (!res.write(chunk)) return void res.once('drain', pump);
+        }
+        res.end();
+      };
+      pump();
+    };
+    const answer = await new Promise<http.IncomingMessage>((resolve, reject) => {
+      const req = request(`${edge.url}/v1/generate`, { method: 'POST', headers }, resolve);
+      req.on('error', reject);
+      req.end(JSON.stringify({ prompt: 'x', stream: true }));
+    });
+    answer.pause(); // a client that reads nothing for now
+    // Until the router's writes stall (the buffers between are full) or everything went.
+    let last = -1;
+    for (let i = 0; i < 200 && written < total && written !== last; i++) {
+      last = written;
+      await new Promise((r) => setTimeout(r, 300));
+    }
+    const whileStalled = written;
+    let received = 0;
+    answer.on('data', (c: Buffer) => {
+      received += c.length;
+    });
+    answer.resume();
+    await once(answer, 'end');
+    // Socket buffers hold a few MiB per hop; without backpressure the edge would take it all.
+    expect(whileStalled).toBeLessThan(total / 2);
+    expect(received).toBe(total);
   });
 
   it('asks for the OpenAI usage chunk, charges it, and hides it from a client that did not ask', async () => {

@@ -1,7 +1,7 @@
 // API-key auth: `Authorization: Bearer <key>` -> tenant. The presented key is hashed and compared
 // with every stored hash in constant time, without stopping at a match, so neither the time
 // taken nor the answer tells a caller anything but "valid" or "not valid".
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { createHash, hash, timingSafeEqual } from 'node:crypto';
 import { StrataError } from '@strata/common';
 import type { Tenant, TenantKey } from './tenants.js';
 import { DEFAULT_TIER_NAME, DEFAULT_TIERS } from './tiers.js';
@@ -36,7 +36,7 @@ export function authenticate(header: string | undefined, keys: readonly TenantKe
   if (keys === undefined) return ANONYMOUS;
   const key = bearerKey(header);
   if (key === undefined) throw new StrataError('STRATA_UNAUTHORIZED', MISSING);
-  const digest = createHash('sha256').update(key, 'utf8').digest();
+  const digest = hash('sha256', key, 'buffer'); // one call: no Hash object per request
   let found: Tenant | undefined;
   for (const entry of keys) {
     // Every entry is compared; the match is remembered, not returned early.

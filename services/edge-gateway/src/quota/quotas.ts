@@ -37,32 +37,50 @@ function limitsOf(tenant: Tenant, defaults: Limits): Limits {
 // OpenAI's header names; reset is the time until the bucket is full, in seconds.
 function headersOf(admission: Pick<Admission, 'requests' | 'tokens'>): RateLimitHeaders {
   const out: RateLimitHeaders = {};
-  for (const [kind, bucket] of [
-    ['requests', admission.requests],
-    ['tokens', admission.tokens],
-  ] as const) {
-    if (!bucket) continue;
-    out[`x-ratelimit-limit-${kind}`] = String(bucket.limit);
-    out[`x-ratelimit-remaining-${kind}`] = String(Math.max(0, bucket.remaining));
-    out[`x-ratelimit-reset-${kind}`] = `${(bucket.resetMs / 1000).toFixed(3)}s`;
+  const { requests, tokens } = admission;
+  if (requests) {
+    out['x-ratelimit-limit-requests'] = String(requests.limit);
+    out['x-ratelimit-remaining-requests'] = String(Math.max(0, requests.remaining));
+    out['x-ratelimit-reset-requests'] = `${(requests.resetMs / 1000).toFixed(3)}s`;
+  }
+  if (tokens) {
+    out['x-ratelimit-limit-tokens'] = String(tokens.limit);
+    out['x-ratelimit-remaining-tokens'] = String(Math.max(0, tokens.remaining));
+    out['x-ratelimit-reset-tokens'] = `${(tokens.resetMs / 1000).toFixed(3)}s`;
   }
   return out;
 }
 
+/** A tenant's share of each quota in use, as of its last check. */
+interface UsedRatios {
+  requests: number | undefined;
+  tokens: number | undefined;
+}
+
 export class Quotas {
-  private readonly usedRatio: Gauge<'tenant' | 'quota'>;
   private readonly charged: Counter<'tenant'>;
   private readonly storeErrors: Counter<'op'>;
   private readonly storeUp: Gauge;
   private up = true;
+  // Kept here per request and copied into the gauge when it is scraped: a labelled gauge update
+  // hashes its labels and allocates, twice or three times per request.
+  private readonly ratios = new Map<string, UsedRatios>();
 
   constructor(private readonly options: QuotasOptions) {
     const registers = [options.registry];
-    this.usedRatio = new Gauge({
+    const ratios = this.ratios;
+    // Registered with the registry, which scrapes it (collect).
+    new Gauge({
       name: 'strata_edge_quota_used_ratio',
       help: 'Share of a tenant quota in use (0 = bucket full, 1 = empty or in debt), as of its last check.',
       labelNames: ['tenant', 'quota'],
       registers,
+      collect() {
+        for (const [tenant, used] of ratios) {
+          if (used.requests !== undefined) this.set({ tenant, quota: 'requests' }, used.requests);
+          if (used.tokens !== undefined) this.set({ tenant, quota: 'tokens' }, used.tokens);
+        }
+      },
     });
     this.charged = new Counter({
       name: 'strata_edge_tokens_charged_total',
@@ -140,7 +158,12 @@ export class Quotas {
 
   private observe(tenant: string, quota: 'requests' | 'tokens', bucket: BucketState | undefined): void {
     if (!bucket) return;
-    this.usedRatio.set({ tenant, quota }, Math.min(1, Math.max(0, 1 - bucket.remaining / bucket.limit)));
+    let used = this.ratios.get(tenant);
+    if (used === undefined) {
+      used = { requests: undefined, tokens: undefined };
+      this.ratios.set(tenant, used);
+    }
+    used[quota] = Math.min(1, Math.max(0, 1 - bucket.remaining / bucket.limit));
   }
 
   private storeOk(): void {

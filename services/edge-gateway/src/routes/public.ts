@@ -58,13 +58,16 @@ export const publicRoutes: FastifyPluginAsyncZod<PublicRoutesOptions> = async (a
   app.decorateRequest('tenant');
   app.decorateRequest('rateLimitHeaders');
 
-  app.addHook('onRequest', async (request, reply) => {
+  // A callback hook: a few microseconds less per request than an async one.
+  app.addHook('onRequest', (request, reply, done) => {
     try {
       request.tenant = authenticate(request.headers.authorization, options.keys());
     } catch (err) {
       reply.header('www-authenticate', 'Bearer');
-      throw err;
+      done(err as Error);
+      return;
     }
+    done();
   });
   app.addHook('preHandler', async (request, reply) => {
     try {
