@@ -4,6 +4,7 @@
 // the other (the order alternates), each in its own process, so both see the same machine.
 //   node services/inference-backend/bench/gguf-cpu.mjs --llama-bench PATH/llama-batched-bench
 //     [--model FILE.gguf] [--threads 1,2] [--npl 1,8,32,128] [--pp 128] [--tg 128] [--repeats 3]
+//     [--max-batched-tokens 2048]
 // Each side: for each count of parallel sequences (npl), npl distinct random prompts of pp tokens
 // are prefilled together, then each sequence generates tg tokens. Prefill tokens/s =
 // npl * pp / prefill time; decode tokens/s = tokens after the prefill / decode time. Strata's
@@ -33,6 +34,8 @@ const { values } = parseArgs({
     pp: { type: 'string', default: '128' },
     tg: { type: 'string', default: '128' },
     repeats: { type: 'string', default: '3' },
+    // Strata's token budget per engine step (STRATA_MAX_NUM_BATCHED_TOKENS): its step buffers' size.
+    'max-batched-tokens': { type: 'string', default: '2048' },
     child: { type: 'string' },
     out: { type: 'string', default: join(repo, 'docs', 'benchmarks', 'gguf-cpu.json') },
   },
@@ -56,7 +59,7 @@ async function strataChild(threads) {
     threads,
     numBlocks: maxSeqs * blocksPerSeq + 16,
     maxNumSeqs: maxSeqs,
-    maxNumBatchedTokens: 2048,
+    maxNumBatchedTokens: Number(values['max-batched-tokens']),
     maxModelLen: pp + tg + 16,
   });
   const kvBytes = engine.info.engine.kvBytesPerBlock * (maxSeqs * blocksPerSeq + 16);
@@ -134,6 +137,8 @@ function runStrata(threads) {
       String(pp),
       '--tg',
       String(tg),
+      '--max-batched-tokens',
+      values['max-batched-tokens'],
     ],
     { encoding: 'utf8', maxBuffer: 1 << 26 },
   );
@@ -299,6 +304,7 @@ writeFileSync(
       npl: npls,
       repeats,
       node_baseline_rss: baseline.peak_rss,
+      max_batched_tokens: Number(values['max-batched-tokens']),
       strata_kv_bytes: kv,
       rows,
       memory: Object.fromEntries(

@@ -161,9 +161,25 @@ StepOutput Engine::step() {
         backend_.forward_sample(step.batch, sampling_, sampled_);
         sampling_.await_masks = nullptr;  // it refers to this step's locals
       } else {
-        const size_t rows = static_cast<size_t>(step.num_logits) * static_cast<size_t>(vocab_size_);
-        if (logits_.size() < rows) logits_.resize(rows);
-        backend_.forward(step.batch, logits_.data());
+        // Sampled as the logits come (a chunking backend never holds all rows at once); the
+        // masks are awaited before the first row is sampled.
+        logit_seqs_.clear();
+        for (size_t i = 0; i < step.seqs.size(); ++i) {
+          if (step.batch.seqs[i].want_logits) logit_seqs_.push_back(step.seqs[i]);
+        }
+        if (row_samples_.size() < logit_seqs_.size()) row_samples_.resize(logit_seqs_.size());
+        const auto consume = [&](int32_t first, int32_t rows, float* logits) {
+          await_masks();
+          sample_rows(first, rows, logits);
+        };
+        if (backend_.chunks_logits()) {
+          backend_.forward_chunked(step.batch, kLogitsChunkRows, consume);
+        } else {
+          const size_t rows = static_cast<size_t>(step.num_logits) * static_cast<size_t>(vocab_size_);
+          if (logits_.size() < rows) logits_.resize(rows);
+          backend_.forward(step.batch, logits_.data());
+          consume(0, step.num_logits, logits_.data());
+        }
       }
     } catch (...) {
       if (!masks_awaited) mask_worker_.wait();  // it reads the sequences: let it finish first
@@ -223,6 +239,7 @@ void Engine::postprocess(const ScheduledStep& step, StepOutput& out) {
       seqs_.erase(seq.request_id);
       continue;
     }
+    const SampleResult* res = &sample_;
     if (device_sampling_) {
       const SampledRow& r = sampled_.rows[static_cast<size_t>(row)];
       sample_.token = r.token;
@@ -232,24 +249,32 @@ void Engine::postprocess(const ScheduledStep& step, StepOutput& out) {
       for (size_t j = 0; j < static_cast<size_t>(r.top_count); ++j) {
         sample_.top.push_back({sampled_.top_ids[top + j], sampled_.top_logprobs[top + j]});
       }
-      ++row;
     } else {
-      float* logits = logits_.data() + static_cast<size_t>(row++) * static_cast<size_t>(vocab_size_);
-      sampler_.sample(seq, logits, sample_);
+      res = &row_samples_[static_cast<size_t>(row)];
     }
-    seq.append_token(sample_.token);
-    FinishReason reason = stop_reason(seq, sample_.token);
-    if (seq.constraint) reason = commit_constraint(seq, sample_.token, reason);
+    ++row;
+    seq.append_token(res->token);
+    FinishReason reason = stop_reason(seq, res->token);
+    if (seq.constraint) reason = commit_constraint(seq, res->token, reason);
 
-    TokenEvent ev{seq.request_id, sample_.token, reason, seq.params.logprobs >= 0, sample_.logprob,
-                  static_cast<int32_t>(out.top_logprobs.size()), static_cast<int32_t>(sample_.top.size())};
-    out.top_logprobs.insert(out.top_logprobs.end(), sample_.top.begin(), sample_.top.end());
+    TokenEvent ev{seq.request_id, res->token, reason, seq.params.logprobs >= 0, res->logprob,
+                  static_cast<int32_t>(out.top_logprobs.size()), static_cast<int32_t>(res->top.size())};
+    out.top_logprobs.insert(out.top_logprobs.end(), res->top.begin(), res->top.end());
     out.tokens.push_back(ev);
     if (reason != FinishReason::kNone) {
       scheduler_.finish(seq, reason);
       count_finished(reason);
       seqs_.erase(seq.request_id);  // step.seqs keeps a dangling pointer, unused until the next schedule()
     }
+  }
+}
+
+void Engine::sample_rows(int32_t first, int32_t rows, float* logits) {
+  for (int32_t r = 0; r < rows; ++r) {
+    Sequence& seq = *logit_seqs_[static_cast<size_t>(first + r)];
+    if (seq.constraint && !seq.mask_ok) continue;  // postprocess ends it without a token
+    sampler_.sample(seq, logits + static_cast<size_t>(r) * static_cast<size_t>(vocab_size_),
+                    row_samples_[static_cast<size_t>(first + r)]);
   }
 }
 

@@ -134,6 +134,18 @@ class ModelBackend {
   virtual void forward(const StepBatch& batch, float* logits) = 0;
   // Copy-on-write support: copies one physical block's K and V (all layers) to another.
   virtual void copy_block(int32_t src, int32_t dst) = 0;
+  // True when the backend can hand a step's logits over in chunks (forward_chunked), so that the
+  // core never holds every row's logits at once: (rows, vocab) fp32 is the largest buffer of a
+  // wide decode step (256 rows of a 49k vocabulary: 50 MB).
+  virtual bool chunks_logits() const { return false; }
+  // forward(), with the logits of the rows wanting them passed, in batch order, to
+  // consume(first_row, rows, logits), at most chunk_rows rows a call; `logits` (rows, vocab) is
+  // the backend's buffer, which consume may overwrite (the sampler does) and which is reused
+  // once consume returns.
+  using LogitsConsumer = std::function<void(int32_t first_row, int32_t rows, float* logits)>;
+  virtual void forward_chunked(const StepBatch&, int32_t /*chunk_rows*/, const LogitsConsumer&) {
+    throw std::logic_error("this backend does not chunk its logits (chunks_logits() is false)");
+  }
   // True when the backend samples where its logits are (forward_sample), so that they never
   // cross to the host: the core then uses forward_sample instead of forward.
   virtual bool samples_on_device() const { return false; }

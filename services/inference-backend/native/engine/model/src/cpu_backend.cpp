@@ -183,6 +183,7 @@ struct CpuBackend::Impl {
   std::vector<float> qkv;        // (tokens, qkv_dim)
   std::vector<float> attn;       // (tokens, q_dim)
   std::vector<float> gate_up;    // (min(tokens, kMlpChunk), 2 * intermediate)
+  std::vector<float> logits_chunk;  // (chunk_rows, vocab): forward_chunked's lm_head output
   std::vector<float> act;        // (min(tokens, kMlpChunk), intermediate)
   std::vector<float> cos, sin;   // (tokens, head_dim / 2)
   std::vector<int32_t> positions;            // (tokens)
@@ -286,7 +287,7 @@ struct CpuBackend::Impl {
   }
 
   // Checks the batch and lays out its tokens; returns the number of tokens.
-  int64_t plan(const StepBatch& batch, const float* logits) {
+  int64_t plan(const StepBatch& batch, const float* logits, bool logits_elsewhere = false) {
     if (!cache.allocated()) bad_input("forward called before allocate_kv");
     positions.clear();
     token_tables.clear();
@@ -321,7 +322,9 @@ struct CpuBackend::Impl {
       }
       if (seq.want_logits) logit_rows.push_back(static_cast<int64_t>(positions.size()) - 1);
     }
-    if (!logit_rows.empty() && logits == nullptr) bad_input("logits are wanted but the output pointer is null");
+    if (!logit_rows.empty() && logits == nullptr && !logits_elsewhere) {
+      bad_input("logits are wanted but the output pointer is null");
+    }
     return static_cast<int64_t>(positions.size());
   }
 
@@ -341,8 +344,37 @@ struct CpuBackend::Impl {
   }
 
   void forward(const StepBatch& batch, float* logits) {
-    const int64_t tokens = plan(batch, logits);
-    if (tokens == 0) return;
+    if (run_layers(batch, logits) == 0 || logit_rows.empty()) return;
+    const int64_t hidden = config.hidden_size;
+    const int64_t wanted = static_cast<int64_t>(logit_rows.size());
+    for (int64_t i = 0; i < wanted; ++i) rms_norm(x.data() + logit_rows[i] * hidden, final_norm, normed.data() + i * hidden);
+    gemm(normed.data(), wanted, lm_head, logits, {}, false);
+  }
+
+  // The lm_head over chunk_rows rows at a time, into one reused (chunk_rows, vocab) buffer; each
+  // row's logits are the same as forward()'s (a GEMM row does not depend on the others).
+  void forward_chunked(const StepBatch& batch, int32_t chunk_rows, const ModelBackend::LogitsConsumer& consume) {
+    if (chunk_rows < 1) bad_input("forward_chunked: chunk_rows must be >= 1");
+    if (run_layers(batch, nullptr, /*logits_elsewhere=*/true) == 0 || logit_rows.empty()) return;
+    const int64_t hidden = config.hidden_size, vocab = config.vocab_size;
+    const int64_t wanted = static_cast<int64_t>(logit_rows.size());
+    const int64_t chunk = std::min<int64_t>(chunk_rows, wanted);
+    if (static_cast<int64_t>(logits_chunk.size()) < chunk * vocab) logits_chunk.resize(static_cast<size_t>(chunk * vocab));
+    for (int64_t first = 0; first < wanted; first += chunk) {
+      const int64_t rows = std::min(chunk, wanted - first);
+      for (int64_t i = 0; i < rows; ++i) {
+        rms_norm(x.data() + logit_rows[first + i] * hidden, final_norm, normed.data() + i * hidden);
+      }
+      gemm(normed.data(), rows, lm_head, logits_chunk.data(), {}, false);
+      consume(static_cast<int32_t>(first), static_cast<int32_t>(rows), logits_chunk.data());
+    }
+  }
+
+  // Embedding and every layer of the step; the last hidden states stay in x. Returns the step's
+  // token count (0: nothing to run).
+  int64_t run_layers(const StepBatch& batch, float* logits, bool logits_elsewhere = false) {
+    const int64_t tokens = plan(batch, logits, logits_elsewhere);
+    if (tokens == 0) return 0;
     reserve(tokens);
     const int64_t hidden = config.hidden_size, inter = config.intermediate_size, half = rope.half_dim();
 
@@ -398,11 +430,7 @@ struct CpuBackend::Impl {
         gemm(act.data(), rows, layer.down, x.data() + c * hidden, {}, true);
       }
     }
-
-    if (logit_rows.empty()) return;
-    const int64_t wanted = static_cast<int64_t>(logit_rows.size());
-    for (int64_t i = 0; i < wanted; ++i) rms_norm(x.data() + logit_rows[i] * hidden, final_norm, normed.data() + i * hidden);
-    gemm(normed.data(), wanted, lm_head, logits, {}, false);
+    return tokens;
   }
 };
 
@@ -458,6 +486,10 @@ void CpuBackend::allocate_kv(int32_t num_blocks, int32_t block_size) {
 }
 
 void CpuBackend::forward(const StepBatch& batch, float* logits) { impl_->forward(batch, logits); }
+
+void CpuBackend::forward_chunked(const StepBatch& batch, int32_t chunk_rows, const LogitsConsumer& consume) {
+  impl_->forward_chunked(batch, chunk_rows, consume);
+}
 
 void CpuBackend::copy_block(int32_t src, int32_t dst) {
   KvCache& cache = impl_->cache;

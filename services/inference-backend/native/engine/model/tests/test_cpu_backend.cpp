@@ -262,6 +262,38 @@ TEST_CASE("cpu backend: a prefill longer than the MLP's token slice gives the sa
   CHECK(run_prefill(backend, seqs, 600) == in_steps);                               // one forward, 3 MLP slices
 }
 
+TEST_CASE("cpu backend: logits handed over in chunks are forward()'s, bit for bit, rows in order") {
+  ModelConfig c = small_config("LlamaForCausalLM");
+  CpuBackend backend(c, 5, CpuBackendOptions{2});
+  backend.allocate_kv(64, 4);
+  CHECK(backend.chunks_logits());
+  std::vector<Seq> seqs;
+  for (int s = 0; s < 7; ++s) seqs.push_back({test_tokens(2 + s, 3 + s, c.vocab_size), contiguous_table(8 * s, 8)});
+  const std::vector<std::vector<float>> expected = run_prefill(backend, seqs, 1000);
+  for (int32_t chunk : {1, 3, 7, 64}) {
+    CpuBackend fresh(c, 5, CpuBackendOptions{2});
+    fresh.allocate_kv(64, 4);
+    StepBatch batch;
+    for (const Seq& seq : seqs) {
+      batch.seqs.push_back({seq.tokens.data(), static_cast<int32_t>(seq.tokens.size()), 0, seq.table.data(),
+                            static_cast<int32_t>(seq.table.size()), true});
+    }
+    std::vector<std::vector<float>> got;
+    int32_t calls = 0, next = 0;
+    fresh.forward_chunked(batch, chunk, [&](int32_t first, int32_t rows, float* logits) {
+      ++calls;
+      CHECK_EQ(first, next);
+      CHECK(rows >= 1 && rows <= chunk);
+      next = first + rows;
+      for (int32_t r = 0; r < rows; ++r) got.emplace_back(logits + r * c.vocab_size, logits + (r + 1) * c.vocab_size);
+    });
+    CHECK_EQ(calls, (7 + chunk - 1) / chunk);
+    CHECK(got == expected);
+  }
+  StepBatch none;
+  CHECK(throws_input_error([&] { backend.forward_chunked(none, 0, [](int32_t, int32_t, float*) {}); }, "chunk_rows"));
+}
+
 TEST_CASE("cpu backend: copy_block duplicates a block's K and V in every layer") {
   ModelConfig c = small_config("LlamaForCausalLM");
   CpuBackend backend(c, 3, CpuBackendOptions{2});

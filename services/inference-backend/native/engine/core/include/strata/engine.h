@@ -143,6 +143,8 @@ class Engine {
 
   void drain_inbox(StepOutput& out);
   void postprocess(const ScheduledStep& step, StepOutput& out);
+  // Samples rows [first, first + rows) of the step on the host from their logits (overwritten).
+  void sample_rows(int32_t first, int32_t rows, float* logits);
   // The sampled token to the sequence's constraint; kStop once its grammar is complete, kAbort
   // (counted in constraint_errors) if the constraint fails.
   FinishReason commit_constraint(Sequence& seq, int32_t token, FinishReason reason);
@@ -164,8 +166,13 @@ class Engine {
   // Engine thread only.
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
   std::vector<Command> draining_;
-  std::vector<float> logits_;  // (rows, vocab_size); grows to the largest step seen
-  SampleResult sample_;
+  // Host sampling: the rows' logits come from the backend in chunks of kLogitsChunkRows (when it
+  // chunks them; else logits_ holds every row) and are sampled as they come, into row_samples_.
+  static constexpr int32_t kLogitsChunkRows = 64;
+  std::vector<float> logits_;  // (rows, vocab_size), for a backend that does not chunk
+  std::vector<Sequence*> logit_seqs_;      // this step's sequences that sample, in row order
+  std::vector<SampleResult> row_samples_;  // host sampling's result per row
+  SampleResult sample_;                    // a device-sampled row, as a SampleResult
   const bool device_sampling_;
   MaskWorker mask_worker_;
   std::vector<Sequence*> masked_;  // this step's constrained sequences that sample a token

@@ -36,6 +36,9 @@ class CpuBackend final : public ModelBackend {
   // vocabulary, block table too short, block id outside the pool, KV not allocated).
   void forward(const StepBatch& batch, float* logits) override;
   void copy_block(int32_t src, int32_t dst) override;
+  bool chunks_logits() const override { return true; }
+  // The same logits as forward(), bit for bit, lm_head run chunk_rows rows at a time.
+  void forward_chunked(const StepBatch& batch, int32_t chunk_rows, const LogitsConsumer& consume) override;
 
   int32_t num_threads() const;
   const char* kernel_isa() const;  // "avx2+fma" or "portable"
