@@ -93,6 +93,10 @@ export class ModelHost {
           device_load_gb_per_s: info.loadGBPerSecond,
           sampling: info.sampling,
           ...(info.samplingNote ? { sampling_note: info.samplingNote } : {}),
+          // Structured output: llguidance's version, or why constrained requests are refused.
+          structured_output: this.runtime.grammar.available
+            ? this.runtime.grammar.version
+            : `unavailable: ${this.runtime.grammar.message}`,
           // Prompts are refused by size over max_model_len times this (null: counted in tokens only).
           token_max_bytes: this.runtime.tokenizer.byteBound.maxTokenBytes,
           ...(this.runtime.tokenizer.byteBound.reason
