@@ -115,11 +115,15 @@ struct ConstraintBox {
   std::unique_ptr<TokenConstraint> constraint;
 };
 
+// Reads the vocabulary off the JS thread; holds a reference to the engine's JS object until it
+// is done, so that on_loaded never reaches a collected binding.
 class GrammarLoadWorker : public Napi::AsyncWorker {
  public:
-  GrammarLoadWorker(Napi::Env env, GrammarOptions options, std::function<void(std::shared_ptr<Grammar>)> on_loaded)
+  GrammarLoadWorker(Napi::Env env, Napi::Object owner, GrammarOptions options,
+                    std::function<void(std::shared_ptr<Grammar>)> on_loaded)
       : Napi::AsyncWorker(env),
         deferred_(Napi::Promise::Deferred::New(env)),
+        owner_(Napi::Persistent(owner)),
         options_(std::move(options)),
         on_loaded_(std::move(on_loaded)) {}
   Napi::Promise Promise() { return deferred_.Promise(); }
@@ -147,6 +151,7 @@ class GrammarLoadWorker : public Napi::AsyncWorker {
 
  private:
   Napi::Promise::Deferred deferred_;
+  Napi::ObjectReference owner_;
   GrammarOptions options_;
   std::function<void(std::shared_ptr<Grammar>)> on_loaded_;
   std::shared_ptr<Grammar> grammar_;
@@ -403,7 +408,8 @@ Napi::Value EngineBinding::LoadGrammar(const Napi::CallbackInfo& info) {
       if (std::find(o.eos_token_ids.begin(), o.eos_token_ids.end(), t) == o.eos_token_ids.end()) o.eos_token_ids.push_back(t);
     }
   }
-  auto* worker = new GrammarLoadWorker(env, std::move(o), [this](std::shared_ptr<Grammar> g) { grammar_ = std::move(g); });
+  auto* worker = new GrammarLoadWorker(env, info.This().As<Napi::Object>(), std::move(o),
+                                       [this](std::shared_ptr<Grammar> g) { grammar_ = std::move(g); });
   Napi::Promise promise = worker->Promise();
   worker->Queue();
   return promise;
