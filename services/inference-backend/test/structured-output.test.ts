@@ -5,6 +5,8 @@
 // name the problem before anything is queued, and an object cut by max_tokens says "length".
 // Tool calling: 'required' and a named function are constrained to the tools' schemas and come
 // back as tool_calls (streamed as tool_calls deltas); the history's calls and results render.
+
+import { seededRandom } from '@strata/common/testing';
 import OpenAI from 'openai';
 import { zodFunction, zodResponseFormat } from 'openai/helpers/zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -18,18 +20,6 @@ const smol = smollm2Gguf();
 const grammarBuilt = loadNativeAddon().buildInfo().grammar || process.env.STRATA_REQUIRE_GRAMMAR === '1';
 const skipped = smol.skipped || (grammarBuilt ? '' : ' (skipped: the addon was built without llguidance)');
 const MODEL = 'SmolLM2-135M-Instruct.Q4_1';
-
-/** A small seeded generator (mulberry32): the same schemas on every run. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** A random zod schema with bounded sizes, so that a 135M model's output ends within max_tokens. */
 function randomSchema(next: () => number, depth = 0): z.ZodType {
@@ -104,7 +94,7 @@ describe.skipIf(!smol.path || !grammarBuilt)(`structured output on SmolLM2-135M-
   }, 60_000);
 
   it('keeps random schemas: every output parses and validates', async () => {
-    const next = rng(20261125);
+    const next = seededRandom(20261125);
     for (let i = 0; i < 6; i++) {
       const schema = z.strictObject({ value: randomSchema(next) });
       const r = await client.chat.completions.create({

@@ -115,22 +115,23 @@ struct ConstraintBox {
   std::unique_ptr<TokenConstraint> constraint;
 };
 
-// Reads the vocabulary off the JS thread; holds a reference to the engine's JS object until it
-// is done, so that on_loaded never reaches a collected binding.
-class GrammarLoadWorker : public Napi::AsyncWorker {
+// A promise for work off the JS thread: Work() runs on libuv's pool, timed, and any exception
+// becomes the JS error the promise rejects with; Result() builds what it resolves with.
+class PromiseWorker : public Napi::AsyncWorker {
  public:
-  GrammarLoadWorker(Napi::Env env, Napi::Object owner, GrammarOptions options,
-                    std::function<void(std::shared_ptr<Grammar>)> on_loaded)
-      : Napi::AsyncWorker(env),
-        deferred_(Napi::Promise::Deferred::New(env)),
-        owner_(Napi::Persistent(owner)),
-        options_(std::move(options)),
-        on_loaded_(std::move(on_loaded)) {}
+  explicit PromiseWorker(Napi::Env env) : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)) {}
   Napi::Promise Promise() { return deferred_.Promise(); }
+
+ protected:
+  virtual void Work() = 0;
+  virtual Napi::Value Result(Napi::Env env) = 0;
+  double seconds() const { return seconds_; }
+
+ private:
   void Execute() override {
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      grammar_ = Grammar::load(options_);
+      Work();
     } catch (...) {
       error_ = capture_current_error();
     }
@@ -142,62 +143,61 @@ class GrammarLoadWorker : public Napi::AsyncWorker {
       deferred_.Reject(to_js_error(env, error_).Value());
       return;
     }
-    on_loaded_(grammar_);
-    Napi::Object o = Napi::Object::New(env);
-    o.Set("version", Grammar::version());
-    o.Set("seconds", seconds_);
-    deferred_.Resolve(o);
+    deferred_.Resolve(Result(env));
   }
 
- private:
   Napi::Promise::Deferred deferred_;
-  Napi::ObjectReference owner_;
-  GrammarOptions options_;
-  std::function<void(std::shared_ptr<Grammar>)> on_loaded_;
-  std::shared_ptr<Grammar> grammar_;
   CapturedError error_;
   double seconds_ = 0;
 };
 
-class CompileWorker : public Napi::AsyncWorker {
+// Reads the vocabulary; holds a reference to the engine's JS object until it is done, so that
+// on_loaded never reaches a collected binding.
+class GrammarLoadWorker : public PromiseWorker {
+ public:
+  GrammarLoadWorker(Napi::Env env, Napi::Object owner, GrammarOptions options,
+                    std::function<void(std::shared_ptr<Grammar>)> on_loaded)
+      : PromiseWorker(env),
+        owner_(Napi::Persistent(owner)),
+        options_(std::move(options)),
+        on_loaded_(std::move(on_loaded)) {}
+
+ private:
+  void Work() override { grammar_ = Grammar::load(options_); }
+  Napi::Value Result(Napi::Env env) override {
+    on_loaded_(grammar_);
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("version", Grammar::version());
+    o.Set("seconds", seconds());
+    return o;
+  }
+
+  Napi::ObjectReference owner_;
+  GrammarOptions options_;
+  std::function<void(std::shared_ptr<Grammar>)> on_loaded_;
+  std::shared_ptr<Grammar> grammar_;
+};
+
+// Compiles one request's constraint; resolves with {handle, compileSeconds}.
+class CompileWorker : public PromiseWorker {
  public:
   CompileWorker(Napi::Env env, std::shared_ptr<Grammar> grammar, std::string kind, std::string data)
-      : Napi::AsyncWorker(env),
-        deferred_(Napi::Promise::Deferred::New(env)),
-        grammar_(std::move(grammar)),
-        kind_(std::move(kind)),
-        data_(std::move(data)) {}
-  Napi::Promise Promise() { return deferred_.Promise(); }
-  void Execute() override {
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
-      constraint_ = grammar_->compile(kind_, data_);
-    } catch (...) {
-      error_ = capture_current_error();
-    }
-    seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  void OnOK() override {
-    Napi::Env env = Env();
-    if (!error_.code.empty()) {
-      deferred_.Reject(to_js_error(env, error_).Value());
-      return;
-    }
+      : PromiseWorker(env), grammar_(std::move(grammar)), kind_(std::move(kind)), data_(std::move(data)) {}
+
+ private:
+  void Work() override { constraint_ = grammar_->compile(kind_, data_); }
+  Napi::Value Result(Napi::Env env) override {
     auto* box = new ConstraintBox{std::move(constraint_)};
     Napi::Object o = Napi::Object::New(env);
     o.Set("handle", Napi::External<ConstraintBox>::New(env, box, [](Napi::Env, ConstraintBox* b) { delete b; }));
-    o.Set("compileSeconds", seconds_);
-    deferred_.Resolve(o);
+    o.Set("compileSeconds", seconds());
+    return o;
   }
 
- private:
-  Napi::Promise::Deferred deferred_;
   std::shared_ptr<Grammar> grammar_;
   std::string kind_;
   std::string data_;
   std::unique_ptr<TokenConstraint> constraint_;
-  CapturedError error_;
-  double seconds_ = 0;
 };
 
 FinishReason parse_abort_reason(const Napi::Value& v) {
