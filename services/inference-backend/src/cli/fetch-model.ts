@@ -12,10 +12,9 @@
 // lock, atomic renames, checksums and progress lines are model-fetch/cache.ts's.
 // Exit: 0 the model is in DIR (fetched now, before, or by another pod), 1 it could not be
 // fetched (the last log line says why), 2 bad usage.
-import { realpathSync } from 'node:fs';
-import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { createLogger, type Logger } from '@strata/common';
+import { isMainModule } from './is-main.js';
 import { fetchModel } from './model-fetch/cache.js';
 import { hfSource } from './model-fetch/hf.js';
 import { s3Source } from './model-fetch/s3.js';
@@ -157,16 +156,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv, logg
   }
 }
 
-const entry = process.argv[1];
-const isMain = (() => {
-  if (entry === undefined) return false;
-  try {
-    return import.meta.url === pathToFileURL(realpathSync(entry)).href;
-  } catch {
-    return false;
-  }
-})();
-if (isMain) {
+if (isMainModule(import.meta.url)) {
   const logger = createLogger({ service: 'model-fetch', level: process.env.LOG_LEVEL ?? 'info' });
   process.exitCode = await main(process.argv.slice(2), process.env, logger);
 }

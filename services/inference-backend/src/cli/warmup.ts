@@ -23,9 +23,8 @@
 // Only the /v1/generate body (docs/architecture.md, Wire contracts) is sent, with
 // `Authorization: Bearer KEY` when --api-key (or STRATA_API_KEY) is given, so it works the same
 // against the edge.
-import { realpathSync } from 'node:fs';
-import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import { isMainModule } from './is-main.js';
 
 const USAGE = `usage: strata-warmup --url http://host:port [--model NAME] [--requests N] [--concurrency C]
                      [--ttft-bound-ms B] [--timeout-s T] [--api-key KEY] [--max-tokens M]
@@ -338,16 +337,7 @@ export async function main(argv: readonly string[], io: Io, env: NodeJS.ProcessE
   return runWarmup(options, io);
 }
 
-const entry = process.argv[1];
-const isMain = (() => {
-  if (entry === undefined) return false;
-  try {
-    return import.meta.url === pathToFileURL(realpathSync(entry)).href;
-  } catch {
-    return false;
-  }
-})();
-if (isMain) {
+if (isMainModule(import.meta.url)) {
   process.exitCode = await main(
     process.argv.slice(2),
     {
