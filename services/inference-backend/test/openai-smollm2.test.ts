@@ -4,9 +4,9 @@
 // (test/golden/smollm2-q4_1-llamacpp.json), and the model card names the quantization.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import OpenAI from 'openai';
+import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startBackend, type TestBackend } from './support/backend.js';
+import { startOpenAiBackend, type TestBackend } from './support/backend.js';
 import { smollm2Gguf } from './support/models.js';
 
 const smol = smollm2Gguf();
@@ -38,12 +38,7 @@ describe.skipIf(!smol.path)(`OpenAI API on SmolLM2-135M-Instruct${smol.skipped}`
   let backend: TestBackend;
   let client: OpenAI;
   beforeAll(async () => {
-    backend = await startBackend({
-      STRATA_WARMUP: 'false',
-      STRATA_MODEL_DIR: smol.path as string,
-      STRATA_MAX_MODEL_LEN: '1024',
-    });
-    client = new OpenAI({ baseURL: `${backend.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    ({ backend, client } = await startOpenAiBackend(smol.path as string));
   }, 60_000);
   afterAll(async () => {
     await backend?.close();

@@ -7,12 +7,12 @@
 // back as tool_calls (streamed as tool_calls deltas); the history's calls and results render.
 
 import { seededRandom } from '@strata/common/testing';
-import OpenAI from 'openai';
+import type OpenAI from 'openai';
 import { zodFunction, zodResponseFormat } from 'openai/helpers/zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { loadNativeAddon } from '../src/native.js';
-import { startBackend, type TestBackend } from './support/backend.js';
+import { startOpenAiBackend, type TestBackend } from './support/backend.js';
 import { smollm2Gguf } from './support/models.js';
 
 const smol = smollm2Gguf();
@@ -62,12 +62,7 @@ describe.skipIf(!smol.path || !grammarBuilt)(`structured output on SmolLM2-135M-
   let backend: TestBackend;
   let client: OpenAI;
   beforeAll(async () => {
-    backend = await startBackend({
-      STRATA_WARMUP: 'false',
-      STRATA_MODEL_DIR: smol.path as string,
-      STRATA_MAX_MODEL_LEN: '1024',
-    });
-    client = new OpenAI({ baseURL: `${backend.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    ({ backend, client } = await startOpenAiBackend(smol.path as string));
   }, 60_000);
   afterAll(async () => {
     await backend?.close();
@@ -455,13 +450,7 @@ describe.each([
   let client: OpenAI;
   beforeAll(async () => {
     if (!smol.path || !grammarBuilt) return;
-    backend = await startBackend({
-      STRATA_WARMUP: 'false',
-      STRATA_MODEL_DIR: smol.path,
-      STRATA_MAX_MODEL_LEN: '1024',
-      STRATA_CHAT_TEMPLATE: template,
-    });
-    client = new OpenAI({ baseURL: `${backend.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    ({ backend, client } = await startOpenAiBackend(smol.path, { STRATA_CHAT_TEMPLATE: template }));
   }, 60_000);
   afterAll(async () => {
     await backend?.close();

@@ -2,6 +2,7 @@
 import type { AddressInfo } from 'node:net';
 import { createLogger, createMetrics, loadConfig, Readiness } from '@strata/common';
 import type { FastifyInstance } from 'fastify';
+import OpenAI from 'openai';
 import { buildApp } from '../../src/app.js';
 import { type Config, configEnv, configSchema } from '../../src/config.js';
 import { ModelHost } from '../../src/inference/model-host.js';
@@ -50,6 +51,23 @@ export async function startBackend(
       await host.close();
     },
   };
+}
+
+/**
+ * A backend on a model file (the tests' SmolLM2 GGUF) with the official `openai` client pointed at
+ * it: no warmup, a 1,024-token context, `env` on top.
+ */
+export async function startOpenAiBackend(
+  modelPath: string,
+  env: Record<string, string> = {},
+): Promise<{ backend: TestBackend; client: OpenAI }> {
+  const backend = await startBackend({
+    STRATA_WARMUP: 'false',
+    STRATA_MODEL_DIR: modelPath,
+    STRATA_MAX_MODEL_LEN: '1024',
+    ...env,
+  });
+  return { backend, client: new OpenAI({ baseURL: `${backend.url}/v1`, apiKey: 'unused', maxRetries: 0 }) };
 }
 
 /** Reads an SSE response body into its `data:` payloads (parsed JSON). */
