@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "../../core/tests/test_util.h"  // TEST_CASE, CHECK
+#include "constrained_decoding.h"
 #include "strata/coded_error.h"
 #include "strata/engine_runner.h"
 #include "strata/grammar.h"
@@ -62,19 +63,6 @@ int32_t allowed_count(const std::vector<uint32_t>& words) {
   int32_t n = 0;
   for (int32_t t = 0; t < kVocab; ++t) n += mask_allows(words.data(), t);
   return n;
-}
-
-// Replays `tokens` through a fresh constraint: each must be allowed by the mask before it and
-// taken by commit. Returns false at the first that is not.
-bool replays(const Grammar& g, const std::string& kind, const std::string& data, const std::vector<int32_t>& tokens,
-             bool& stopped) {
-  auto c = g.compile(kind, data);
-  std::vector<uint32_t> mask(g.mask_words());
-  for (int32_t t : tokens) {
-    if (!c->compute_mask(mask.data(), mask.size()) || !mask_allows(mask.data(), t) || !c->commit(t)) return false;
-  }
-  stopped = c->is_stopped();
-  return true;
 }
 
 }  // namespace
@@ -156,8 +144,6 @@ TEST_CASE("the engine samples only allowed tokens and stops when each grammar is
       {"lark", "start: \"yes\" | \"no\" | \"maybe\""},
       {"lark", "start: item (\", \" item)*\nitem: /[a-z]+/"},
   };
-  std::map<uint64_t, std::vector<int32_t>> out;
-  std::map<uint64_t, FinishReason> finished;
   for (size_t i = 0; i < grammars.size(); ++i) {
     Request r;
     r.id = i + 1;
@@ -169,18 +155,15 @@ TEST_CASE("the engine samples only allowed tokens and stops when each grammar is
     r.constraint = g->compile(grammars[i].first, grammars[i].second);
     engine.submit(std::move(r));
   }
-  for (int step = 0; step < 400 && engine.has_unfinished(); ++step) {
-    for (const TokenEvent& ev : engine.step().tokens) {
-      out[ev.request_id].push_back(ev.token);
-      if (ev.finish_reason != FinishReason::kNone) finished[ev.request_id] = ev.finish_reason;
-    }
-  }
+  strata_test::Decoded d = strata_test::step_until_done(engine, 400);
+  auto& out = d.tokens;
+  auto& finished = d.finished;
   for (size_t i = 0; i < grammars.size(); ++i) {
     const uint64_t id = i + 1;
     std::printf("  %s: %zu tokens, finish %s\n", grammars[i].first.c_str(), out[id].size(), to_string(finished[id]));
     CHECK(finished.contains(id));
     bool stopped = false;
-    CHECK(replays(*g, grammars[i].first, grammars[i].second, out[id], stopped));
+    CHECK(strata_test::replays(*g, grammars[i].first, grammars[i].second, out[id], stopped));
     if (finished[id] == FinishReason::kStop) CHECK(stopped);
   }
   CHECK(finished[1] == FinishReason::kStop);

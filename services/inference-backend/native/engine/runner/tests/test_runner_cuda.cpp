@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "../../core/tests/test_util.h"
+#include "../../grammar/tests/constrained_decoding.h"
 #include "strata/coded_error.h"
 #include "strata/engine_runner.h"
 #include "strata/grammar.h"
@@ -136,25 +137,15 @@ TEST_CASE("cuda: constrained requests are sampled on the device under their gram
   plain.params.ignore_eos = true;
   plain.params.max_tokens = 8;
   engine.submit(plain);
-  std::map<uint64_t, std::vector<int32_t>> out;
-  std::map<uint64_t, FinishReason> finished;
-  for (int step = 0; step < 200 && engine.has_unfinished(); ++step) {
-    for (const TokenEvent& ev : engine.step().tokens) {
-      out[ev.request_id].push_back(ev.token);
-      if (ev.finish_reason != FinishReason::kNone) finished[ev.request_id] = ev.finish_reason;
-    }
-  }
+  strata_test::Decoded d = strata_test::step_until_done(engine, 200);
+  auto& out = d.tokens;
+  auto& finished = d.finished;
   for (size_t i = 0; i < grammars.size(); ++i) {
     const uint64_t id = i + 1;
     CHECK(finished[id] == FinishReason::kStop);
-    auto replay = grammar->compile(grammars[i].first, grammars[i].second);
-    std::vector<uint32_t> mask(grammar->mask_words());
-    bool ok = true;
-    for (int32_t t : out[id]) {
-      ok = ok && replay->compute_mask(mask.data(), mask.size()) && mask_allows(mask.data(), t) && replay->commit(t);
-    }
-    CHECK(ok);
-    CHECK(replay->is_stopped());
+    bool stopped = false;
+    CHECK(strata_test::replays(*grammar, grammars[i].first, grammars[i].second, out[id], stopped));
+    CHECK(stopped);
   }
   CHECK(finished[9] == FinishReason::kLength);
   CHECK_EQ(out[9].size(), size_t{8});
