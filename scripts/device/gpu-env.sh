@@ -88,7 +88,8 @@ gpu_programs() {
 # A hash of the engine's sources (what the GPU programs are built from), the same here and on
 # the GPU machine: it ties prebuilt binaries to the tree they were built from.
 source_hash() {
-  (cd "$engine_dir" && find . -type f \( -name '*.cu' -o -name '*.cuh' -o -name '*.h' -o -name '*.hpp' \
+  # Cargo's target/ (git-ignored, never carried) holds a generated llguidance.h: left out.
+  (cd "$engine_dir" && find . -name target -prune -o -type f \( -name '*.cu' -o -name '*.cuh' -o -name '*.h' -o -name '*.hpp' \
     -o -name '*.cpp' -o -name '*.cc' -o -name '*.txt' -o -name '*.cmake' -o -name '*.py' \) -print0 |
     LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 }

@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_partition_kernel(Decode
 // Merges a sequence's partitions for one query head: out = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) l_p.
 template <typename T, int D>
 __global__ void __launch_bounds__(kDecodeThreads) decode_reduce_kernel(DecodeParams<T> p) {
-  extern __shared__ float weights[];  // (max_partitions) e^(m_p - M)
+  extern __shared__ float weights[];  // (max_partitions, rounded up to 4) e^(m_p - M)
   __shared__ float scratch[32];
   const int32_t seq = blockIdx.y, head = blockIdx.x;
   const int32_t context = min(p.context_lens[seq], p.max_partitions * kDecodePartition);
@@ -606,8 +606,11 @@ void decode_attention(const DecodeAttentionArgs& a, Stream stream) {
       if constexpr (lanes >= 1 && lanes <= 32) {
         decode_partition_kernel<T, D><<<dim3(max_partitions, a.num_kv_heads, a.n_seqs), kDecodeThreads, 0, stream>>>(p);
         check_launch("decode_attention (partitions)");
-        decode_reduce_kernel<T, D><<<dim3(a.num_heads, a.n_seqs), kDecodeThreads, sizeof(float) * max_partitions,
-                                     stream>>>(p);
+        // Rounded up to whole 16-byte words: ptxas reads the tail of `weights` with one LDS.128
+        // (seen in the sm_90 SASS), past the last partition. The GPU does not fault on that, but
+        // compute-sanitizer's memcheck reports it as an out-of-bounds shared read.
+        const size_t weights_bytes = sizeof(float) * ((size_t(max_partitions) + 3) / 4 * 4);
+        decode_reduce_kernel<T, D><<<dim3(a.num_heads, a.n_seqs), kDecodeThreads, weights_bytes, stream>>>(p);
         check_launch("decode_attention (reduce)");
       } else {
         throw CudaError("decode_attention: head_dim " + std::to_string(D) + " in " + dtype_name(a.dtype) +

@@ -869,7 +869,6 @@ struct CudaBackend::Impl {
       sampling.await_masks();
       upload_sampling_inputs(sampling, n);
     }
-    launch_forward(batch, true);
     out.rows.assign(size_t(n), SampledRow{});
     out.top_ids.assign(size_t(n) * kMaxSampledTop, -1);
     out.top_logprobs.assign(size_t(n) * kMaxSampledTop, 0.0f);

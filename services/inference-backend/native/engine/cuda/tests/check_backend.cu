@@ -333,7 +333,14 @@ int main(int argc, char** argv) {
       options.max_seqs = 8;
       options.sample_on_device = device;
       CudaBackend gpu(dir, options);
-      (device ? on_gpu : on_cpu) = run_engine(gpu, requests);
+      EngineRun& run = device ? on_gpu : on_cpu;
+      run = run_engine(gpu, requests);
+      // One forward pass per engine step: a second one (the same KV written twice) would give the
+      // same tokens at twice the cost, so only this count shows it.
+      const int64_t forwards = gpu.graph_steps() + gpu.eager_steps();
+      report.add_exact("engine: one forward per step", device ? "gpu sampling" : "cpu sampling",
+                       name + " (" + std::to_string(forwards) + " forwards, " + std::to_string(run.steps) + " steps)",
+                       forwards == run.steps);
     }
     std::vector<double> ref_lp;
     std::vector<float> got_lp;
