@@ -34,20 +34,20 @@ self=scripts/device/gpu-plan.sh
 
 # The plan, in order of value, and the extras, run only when named.
 PLAN=(machine build gemm kernels quant sampling backend memcheck llama3 hf_logits forward hf_generate e2e)
-EXTRAS=(bench_gemm bench_quant bench_sampling e2e_cpu_sampling memcheck_quant racecheck_quant
+EXTRAS=(profile bench_gemm bench_quant bench_sampling e2e_cpu_sampling memcheck_quant racecheck_quant
   memcheck_sampling racecheck_sampling)
 # Each step's timeout (s), the least time worth starting it with, and the steps it needs.
 declare -A CAP=([machine]=45 [build]=330 [gemm]=60 [kernels]=90 [quant]=90 [sampling]=150 [backend]=120
   [memcheck]=180 [llama3]=300 [hf_logits]=150 [forward]=180 [hf_generate]=180 [e2e]=180
-  [bench_gemm]=120 [bench_quant]=180 [bench_sampling]=180 [e2e_cpu_sampling]=180 [memcheck_quant]=240
+  [profile]=240 [bench_gemm]=120 [bench_quant]=180 [bench_sampling]=180 [e2e_cpu_sampling]=180 [memcheck_quant]=240
   [racecheck_quant]=300 [memcheck_sampling]=300 [racecheck_sampling]=300)
 declare -A MIN=([machine]=5 [build]=60 [gemm]=15 [kernels]=20 [quant]=20 [sampling]=30 [backend]=20
   [memcheck]=60 [llama3]=60 [hf_logits]=45 [forward]=60 [hf_generate]=60 [e2e]=60
-  [bench_gemm]=30 [bench_quant]=30 [bench_sampling]=30 [e2e_cpu_sampling]=60 [memcheck_quant]=60
+  [profile]=60 [bench_gemm]=30 [bench_quant]=30 [bench_sampling]=30 [e2e_cpu_sampling]=60 [memcheck_quant]=60
   [racecheck_quant]=60 [memcheck_sampling]=60 [racecheck_sampling]=60)
 declare -A NEEDS=([gemm]=build [kernels]=build [quant]=build [sampling]=build [backend]=build
   [memcheck]=build [hf_logits]="build llama3" [forward]="build llama3" [hf_generate]=llama3
-  [e2e]="build llama3" [bench_gemm]=build [bench_quant]=build [bench_sampling]=build
+  [e2e]="build llama3" [profile]="build llama3" [bench_gemm]=build [bench_quant]=build [bench_sampling]=build
   [e2e_cpu_sampling]="build llama3" [memcheck_quant]=build [racecheck_quant]=build
   [memcheck_sampling]=build [racecheck_sampling]=build)
 declare -A WHAT=([machine]="GPU, driver, toolkit and tools"
@@ -63,6 +63,7 @@ declare -A WHAT=([machine]="GPU, driver, toolkit and tools"
   [forward]="prefill and decode against the roofline (bench_cuda_forward)"
   [hf_generate]="transformers generate() on the e2e workload (hf_generate.py)"
   [e2e]="256 requests through the engine (bench_cuda_e2e)"
+  [profile]="ncu: each kernel's time in one prefill and one decode step per batch (bench_cuda_forward --profile)"
   [bench_gemm]="bench_cuda_gemm" [bench_quant]="bench_cuda_quant" [bench_sampling]="bench_cuda_sampling"
   [e2e_cpu_sampling]="bench_cuda_e2e with the CPU sampler"
   [memcheck_quant]="compute-sanitizer memcheck over check_cuda_quant"
@@ -143,6 +144,18 @@ llama3_valid() {
     [ "$size" = key ] && continue
     [ "$(stat -c %s "$dir/$name" 2>/dev/null)" = "$size" ] || return 1
   done < "$dir/manifest.txt"
+}
+
+find_ncu() {
+  local s
+  for s in "$(command -v ncu)" "${cuda_home:-/usr/local/cuda}/bin/ncu" /usr/local/cuda/bin/ncu \
+    /opt/nvidia/nsight-compute/*/ncu; do
+    if [ -n "$s" ] && [ -x "$s" ]; then
+      echo "$s"
+      return
+    fi
+  done
+  dry_run && echo ncu
 }
 
 find_sanitizer() {
@@ -386,6 +399,7 @@ run_step() {  # step timeout
     case $name in
       machine) head -n 40 "$base.log" ;;
       forward | e2e | e2e_cpu_sampling | hf_generate | bench_*) tail -n 15 "$base.log" ;;
+      profile) grep -A6 -E '^(prefill|decode-[0-9]+): ' "$base.log" ;;
       *) { grep -E '^FAIL' "$base.log" | head -10; tail -n 1 "$base.log"; } ;;
     esac
   fi
@@ -451,6 +465,7 @@ step_main() {
     forward) gpu "$BIN/bench_cuda_forward" "$MODEL" "$STRATA_PLAN_BASE.json" ;;
     hf_generate) PYTHONUNBUFFERED=1 gpu python3 scripts/device/hf_generate.py "$MODEL" "$STRATA_PLAN_BASE.json" ;;
     e2e | e2e_cpu_sampling) step_e2e "$name" ;;
+    profile) step_profile ;;
     bench_gemm | bench_quant | bench_sampling) gpu "$BIN/bench_cuda_${name#bench_}" "$STRATA_PLAN_BASE.json" ;;
     *) echo "no step $name" >&2; exit 2 ;;
   esac
@@ -554,6 +569,21 @@ step_e2e() {
   fi
   [ "$1" = e2e_cpu_sampling ] && args+=(--sampling cpu)
   gpu "$BIN/bench_cuda_e2e" "$MODEL" "$STRATA_PLAN_BASE.json" "${args[@]}"
+}
+
+# Nsight Compute over bench_cuda_forward, once per phase, only its one --profile step recorded:
+# each kernel's duration (clocks as found: METHOD.md says leave them alone), summed by kernel.
+step_profile() {
+  local ncu phase csvs=()
+  ncu=$(find_ncu) || { note "no ncu on this machine"; exit 77; }
+  for phase in ${STRATA_PROFILE_PHASES:-decode:1 decode:64 prefill}; do
+    csvs+=("$STRATA_PLAN_BASE.${phase/:/-}.csv")
+    gpu "$ncu" --profile-from-start off --graph-profiling node --clock-control none \
+      --metrics gpu__time_duration.sum --csv --print-units base --log-file "${csvs[-1]}" \
+      "$BIN/bench_cuda_forward" "$MODEL" --profile "$phase" --copy-mib 64 --gemm-n 1024 || exit 1
+  done
+  dry_run && exit 0
+  python3 scripts/device/ncu_summary.py "$STRATA_PLAN_BASE.json" "${csvs[@]}"
 }
 
 case ${1:-} in

@@ -1,11 +1,16 @@
 // The CUDA backend's forward pass next to the GPU's own limits, measured in one run:
 //   - the device-to-device copy bandwidth and cuBLAS's bf16 GEMM rate (8192³), the two ceilings;
 //   - prefill of P sequences × C tokens in one step, as a fraction of that GEMM rate;
-//   - decode steps at each batch size with C-token contexts (CUDA graphs, logits to the host
-//     included), next to the roofline: the bytes a step must read (weights, plus every
-//     sequence's K and V) over the measured copy bandwidth.
+//   - decode steps at each batch size with C-token contexts (CUDA graphs), next to the roofline:
+//     the bytes a step must read (weights, plus every sequence's K and V) over the measured copy
+//     bandwidth. Two ways: as the engine runs them, greedy sampling on the GPU with only tokens
+//     coming back (forward_sample), and with every row's fp32 logits copied to the host (forward).
 //   bench_cuda_forward <model dir> [out.json] [--context C] [--batches 1,8,32,64,128] [--prefill-seqs P]
 //                      [--copy-mib 2048] [--gemm-n 8192]   (smaller ceilings: a smoke run, e.g. emulated)
+//                      [--profile prefill|decode:B]
+// --profile: for a profiler started with profiling off (ncu --profile-from-start off): only one
+// step is between cudaProfilerStart and cudaProfilerStop, a prefill step of P x C tokens or one
+// sampled decode step of batch B; nothing is timed or written.
 // The model is any Hugging Face Llama directory (scripts/device/llama3_random.py writes a
 // Llama-3-8B-shaped one with random weights). Prints a table last.
 #include <algorithm>
@@ -18,6 +23,11 @@
 #include <vector>
 
 #include "check_util.h"
+
+// cudart's profiler switches, declared here: the toolkit's cuda_profiler_api.h is not in every
+// CUDA install (NVIDIA's PyPI wheels lack it), the functions are in every cudart.
+extern "C" cudaError_t cudaProfilerStart();
+extern "C" cudaError_t cudaProfilerStop();
 #include "strata/cuda_backend.h"
 #include "strata/cuda_gemm.h"
 
@@ -77,6 +87,17 @@ double gemm_rate(int32_t n) {
   return 2.0 * n * double(n) * n / (median(ms) / 1e3);
 }
 
+// Brackets one step for a profiler started with profiling off; a no-op unless `on`.
+struct ProfiledStep {
+  explicit ProfiledStep(bool on) : on(on) {
+    if (on) STRATA_CK(cudaProfilerStart());
+  }
+  ~ProfiledStep() {
+    if (on) cudaProfilerStop();
+  }
+  bool on;
+};
+
 struct Seq {
   std::vector<int32_t> tokens;
   std::vector<int32_t> table;
@@ -89,7 +110,7 @@ int run(int argc, char** argv) {
                          "[--prefill-seqs P]\n");
     return 2;
   }
-  std::string model_dir = argv[1], out_json;
+  std::string model_dir = argv[1], out_json, profile;
   int32_t context = 1024, prefill_seqs = 8, gemm_n = 8192;
   size_t copy_mib = 2048;
   std::vector<int32_t> batches = {1, 8, 32, 64, 128};
@@ -99,6 +120,7 @@ int run(int argc, char** argv) {
     else if (a == "--prefill-seqs" && i + 1 < argc) prefill_seqs = std::atoi(argv[++i]);
     else if (a == "--gemm-n" && i + 1 < argc) gemm_n = std::atoi(argv[++i]);
     else if (a == "--copy-mib" && i + 1 < argc) copy_mib = size_t(std::atoll(argv[++i]));
+    else if (a == "--profile" && i + 1 < argc) profile = argv[++i];
     else if (a == "--batches" && i + 1 < argc) {
       batches.clear();
       for (std::string list = argv[++i]; !list.empty();) {
@@ -117,6 +139,16 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "context, prefill seqs, batches and copy MiB must be >= 1, gemm n >= 16\n");
     return 2;
   }
+  // --profile decode:B decodes batch B only; --profile prefill decodes nothing.
+  const bool profile_prefill = profile == "prefill";
+  int32_t profile_batch = 0;
+  if (profile.rfind("decode:", 0) == 0) profile_batch = std::atoi(profile.c_str() + 7);
+  if (!profile.empty() && !profile_prefill && profile_batch < 1) {
+    std::fprintf(stderr, "--profile wants prefill or decode:B (B >= 1), not %s\n", profile.c_str());
+    return 2;
+  }
+  if (profile_prefill) batches = {1};
+  if (profile_batch > 0) batches = {profile_batch};
   const int32_t max_batch = *std::max_element(batches.begin(), batches.end());
   const int32_t steps = 40, warm = 8, block = 16;
 
@@ -149,8 +181,9 @@ int run(int argc, char** argv) {
   std::vector<float> logits(size_t(n_seqs) * c.vocab_size);
 
   // Prefill: prefill_seqs prompts of `context` tokens per step, until every sequence has its
-  // context cached; the first such steps are timed.
+  // context cached; the full steps but the first are timed (and the second is profiled).
   std::vector<double> prefill_ms;
+  const int32_t profiled_prefill = n_seqs >= 2 * prefill_seqs ? prefill_seqs : 0;
   for (int32_t first = 0; first < n_seqs; first += prefill_seqs) {
     StepBatch batch;
     for (int32_t i = first; i < std::min(n_seqs, first + prefill_seqs); ++i) {
@@ -163,10 +196,12 @@ int run(int argc, char** argv) {
       s.want_logits = true;
       batch.seqs.push_back(s);
     }
+    const ProfiledStep profiled(profile_prefill && first == profiled_prefill);
     const double t0 = now_ms();
     backend.forward(batch, logits.data());
     if (int32_t(batch.seqs.size()) == prefill_seqs) prefill_ms.push_back(now_ms() - t0);
   }
+  if (profile_prefill) return 0;
   if (prefill_ms.size() > 1) prefill_ms.erase(prefill_ms.begin());  // the first step loads kernels
   const double layer_params = double(c.hidden_size) * (double(c.num_heads + 2 * c.num_kv_heads) * c.head_dim +
                                                        double(c.num_heads) * c.head_dim + 3.0 * c.intermediate_size);
@@ -180,14 +215,21 @@ int run(int argc, char** argv) {
   // Decode: each batch size runs `steps` timed steps after `warm`, every sequence one token on.
   const double weight_bytes = (layer_params * c.num_layers + double(c.vocab_size) * c.hidden_size + c.hidden_size) * 2.0;
   const double kv_bytes_per_token = 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * 2.0;
+  // Each step runs twice at the same position, interleaved: sampled on the GPU (greedy; only the
+  // tokens come back) as the engine runs it, then with the logits copied to the host.
+  const bool sampled = backend.samples_on_device();
   struct Row {
     int32_t batch;
-    double ms, roofline_ms;
+    double ms, host_logits_ms, roofline_ms;
   };
   std::vector<Row> rows;
   for (int32_t b : batches) {
     std::vector<int32_t> next(b);
-    std::vector<double> ms;
+    std::vector<double> ms, host_ms;
+    SamplingBatch sampling;
+    sampling.rows.assign(size_t(b), SamplingRow{});
+    for (SamplingRow& r : sampling.rows) r.temperature = 0.0f;
+    SampledBatch tokens;
     for (int32_t step = 0; step < warm + steps; ++step) {
       StepBatch batch;
       for (int32_t i = 0; i < b; ++i) {
@@ -201,13 +243,21 @@ int run(int argc, char** argv) {
         s.want_logits = true;
         batch.seqs.push_back(s);
       }
+      if (sampled) {
+        const ProfiledStep profiled(profile_batch > 0 && step == warm);
+        const double t0 = now_ms();
+        backend.forward_sample(batch, sampling, tokens);
+        if (step >= warm) ms.push_back(now_ms() - t0);
+      }
+      if (profile_batch > 0) continue;
       const double t0 = now_ms();
       backend.forward(batch, logits.data());
-      if (step >= warm) ms.push_back(now_ms() - t0);
+      if (step >= warm) host_ms.push_back(now_ms() - t0);
     }
     const double bytes = weight_bytes + double(b) * (context + warm + steps / 2) * kv_bytes_per_token;
-    rows.push_back({b, median(ms), bytes / bandwidth * 1e3});
+    rows.push_back({b, sampled ? median(ms) : median(host_ms), median(host_ms), bytes / bandwidth * 1e3});
   }
+  if (profile_batch > 0) return 0;
 
   if (!out_json.empty()) {
     std::ofstream out(out_json);
@@ -218,19 +268,23 @@ int run(int argc, char** argv) {
         << ",\"tflops\":" << prefill_rate / 1e12 << ",\"fraction_of_gemm\":" << prefill_rate / peak << "},\"decode\":[";
     for (size_t i = 0; i < rows.size(); ++i) {
       out << (i ? "," : "") << "{\"batch\":" << rows[i].batch << ",\"ms\":" << rows[i].ms
+          << ",\"host_logits_ms\":" << rows[i].host_logits_ms
           << ",\"roofline_ms\":" << rows[i].roofline_ms << ",\"fraction_of_roofline\":" << rows[i].roofline_ms / rows[i].ms
           << ",\"tokens_per_s\":" << rows[i].batch / (rows[i].ms / 1e3) << "}";
     }
-    out << "],\"graph_steps\":" << backend.graph_steps() << ",\"eager_steps\":" << backend.eager_steps() << "}\n";
+    out << "],\"decode_sampled_on_gpu\":" << (sampled ? "true" : "false")
+        << ",\"graph_steps\":" << backend.graph_steps() << ",\"eager_steps\":" << backend.eager_steps() << "}\n";
   }
 
   std::printf("\n%s, bf16, context %d\n", backend.device_name().c_str(), context);
   std::printf("prefill %d x %d: %.1f ms, %.0f TFLOP/s = %.0f%% of the GEMM rate (target >= 60%%)\n", prefill_seqs,
               context, prefill_median, prefill_rate / 1e12, 100.0 * prefill_rate / peak);
-  std::printf("%6s %10s %12s %10s %10s\n", "batch", "step ms", "roofline ms", "fraction", "tok/s");
+  std::printf("decode: %s; \"+ host logits\": the same step with every row's fp32 logits copied to the host\n",
+              sampled ? "greedy sampling on the GPU, as the engine runs it" : "logits to the host (no GPU sampler)");
+  std::printf("%6s %10s %12s %10s %10s %16s\n", "batch", "step ms", "roofline ms", "fraction", "tok/s", "+ host logits ms");
   for (const Row& r : rows)
-    std::printf("%6d %10.3f %12.3f %9.0f%% %10.0f\n", r.batch, r.ms, r.roofline_ms, 100.0 * r.roofline_ms / r.ms,
-                r.batch / (r.ms / 1e3));
+    std::printf("%6d %10.3f %12.3f %9.0f%% %10.0f %16.3f\n", r.batch, r.ms, r.roofline_ms, 100.0 * r.roofline_ms / r.ms,
+                r.batch / (r.ms / 1e3), r.host_logits_ms);
   std::printf("(targets: >= 85%% of the roofline at batch 1, >= 70%% at batch 64; %lld graph / %lld eager steps)\n",
               static_cast<long long>(backend.graph_steps()), static_cast<long long>(backend.eager_steps()));
   return 0;

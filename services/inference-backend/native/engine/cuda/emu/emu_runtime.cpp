@@ -513,6 +513,10 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
   return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
+// No profiler attaches to the emulation: starting and stopping it does nothing, as in cudart
+// when no profiler is attached.
+extern "C" cudaError_t cudaProfilerStart() { return cudaSuccess; }
+extern "C" cudaError_t cudaProfilerStop() { return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
   auto* at = reinterpret_cast<std::chrono::steady_clock::time_point*>(event);
   strata::emu::submit([at] { *at = std::chrono::steady_clock::now(); });

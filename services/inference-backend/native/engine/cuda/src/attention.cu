@@ -44,10 +44,37 @@ __device__ __forceinline__ void load_vec(const T* src, float (&dst)[N]) {
 // ---------------------------------------------------------------------------------------------
 // Decode. Grid (partitions, kv heads, sequences), kDecodeThreads threads. A thread group of
 // kLanes = head_dim / kVec consecutive lanes holds one token's key or value row (16 bytes a
-// lane), so the block works on kThreads / kLanes tokens at a time; scores go to shared memory,
-// then each group accumulates its tokens' values and the groups' partial sums are added.
+// lane), so the block works on kThreads / kLanes tokens at a time, kDecodeUnroll such rows in
+// flight per thread; scores go to shared memory, then each group accumulates its tokens'
+// values and the groups' partial sums are added.
+//
+// Flash-decoding's split: a sequence's context is cut into about kDecodeTargetPartitions
+// partitions of 64 to kDecodePartition (512) tokens, a power of two chosen from that sequence's
+// own context alone (so its result does not depend on the batch it is in). At batch 1 and 1k
+// tokens that is 16 partitions per KV head, 128 blocks for Llama-3-8B's 8 KV heads, where
+// 512-token partitions gave 16 blocks for 132 SMs.
 
 constexpr int kDecodeThreads = 128;
+constexpr int kDecodeUnroll = 4;  // key or value rows each thread has in flight
+constexpr int32_t kDecodeMinPartition = 64;
+constexpr int32_t kDecodeTargetPartitions = 16;
+
+// The partition size of a sequence with `context` tokens.
+__host__ __device__ inline int32_t decode_partition_size(int32_t context) {
+  int32_t size = kDecodeMinPartition;
+  while (size < kDecodePartition && size * kDecodeTargetPartitions < context) size *= 2;
+  return size;
+}
+
+// The most partitions any context up to max_context is cut into: the grid's x and the
+// workspace's stride. Under 16 * 512 tokens it is at most 16, past it ceil(context / 512).
+__host__ __device__ inline int32_t decode_max_partitions(int32_t max_context) {
+  const int32_t m = max_context > 1 ? max_context : 1;
+  const int32_t small = (m + kDecodeMinPartition - 1) / kDecodeMinPartition;
+  const int32_t large = (m + kDecodePartition - 1) / kDecodePartition;
+  const int32_t capped = small < kDecodeTargetPartitions ? small : kDecodeTargetPartitions;
+  return capped > large ? capped : large;
+}
 
 // PagedAttentionArgs, typed: what both attention kernels read.
 template <typename T>
@@ -75,42 +102,68 @@ PagedParams<T> paged_params(const PagedAttentionArgs& a) {
 template <typename T>
 struct DecodeParams : PagedParams<T> {
   const int32_t* context_lens;
-  int32_t max_partitions;
+  int32_t max_context;     // contexts are cut to this (a broken precondition) rather than overrun
+  int32_t max_partitions;  // decode_max_partitions(max_context): the workspace's stride
   float* ws_max;  // (n_seqs, num_heads, max_partitions)
   float* ws_sum;  // same
   float* ws_out;  // (n_seqs, num_heads, max_partitions, head_dim)
 };
 
-template <typename T, int D>
+// 16 bytes of T (kVec values) as floats.
+template <typename T, int N>
+__device__ __forceinline__ void unpack_vec(const uint4 raw, float (&dst)[N]) {
+  static_assert(N * sizeof(T) == 16, "16-byte loads");
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (sizeof(T) == 4) {
+      dst[i] = __uint_as_float(words[i]);
+    } else {
+      dst[2 * i] = low_half(words[i], static_cast<T*>(nullptr));
+      dst[2 * i + 1] = high_half(words[i], static_cast<T*>(nullptr));
+    }
+  }
+}
+
+// G: the most query heads per KV head this instance handles (4 or kMaxGroup), which sizes the
+// per-thread query and accumulator arrays: Llama-3-8B's 4 need half the registers of 8.
+template <typename T, int D, int G>
 __global__ void __launch_bounds__(kDecodeThreads) decode_partition_kernel(DecodeParams<T> p) {
   constexpr int kVec = 16 / sizeof(T);
   constexpr int kLanes = D / kVec;  // lanes per token row; a power of two <= 32
   constexpr int kGroups = kDecodeThreads / kLanes;
   static_assert(kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "head_dim / vec must be 1..32, 2^n");
 
-  __shared__ float scores[kMaxGroup][kDecodePartition];
+  __shared__ float scores[G][kDecodePartition];
   __shared__ float reduce_buf[kGroups * D];
-  __shared__ float stat_max[kMaxGroup], stat_sum[kMaxGroup];
+  __shared__ float stat_max[G], stat_sum[G];
 
   const int32_t seq = blockIdx.z, kv_head = blockIdx.y, partition = blockIdx.x;
-  // A context over max_context (a broken precondition) is cut rather than overrunning the workspace.
-  const int32_t context = min(p.context_lens[seq], p.max_partitions * kDecodePartition);
-  const int32_t first = partition * kDecodePartition;
+  const int32_t context = min(p.context_lens[seq], p.max_context);
+  const int32_t size = decode_partition_size(context);
+  const int32_t first = partition * size;
   if (first >= context) return;  // this sequence needs fewer partitions (reduce reads only its own)
-  const int32_t last = min(context, first + kDecodePartition);
+  const int32_t last = min(context, first + size);
   const int32_t n = last - first;
   const int32_t group = p.num_heads / p.num_kv_heads;
-  const int32_t num_partitions = (context + kDecodePartition - 1) / kDecodePartition;
+  const int32_t num_partitions = (context + size - 1) / size;
 
   const int tid = threadIdx.x, token_group = tid / kLanes, lane = tid % kLanes;
   const int32_t* table = p.block_tables + int64_t{seq} * p.block_table_stride;
   const int64_t head_stride = int64_t{p.block_size} * D;  // one head's slab inside a block
   const int64_t block_stride = head_stride * p.num_kv_heads;
+  // 16 bytes of token t's key or value row for this lane, or zeros past the partition.
+  const auto row = [&](const T* cache, int32_t t) {
+    if (t >= last) return make_uint4(0, 0, 0, 0);
+    const int64_t block = table[t / p.block_size];
+    return *reinterpret_cast<const uint4*>(cache + block * block_stride + kv_head * head_stride +
+                                           int64_t{t % p.block_size} * D + lane * kVec);
+  };
 
   // This lane's slice of every query head of the group, pre-scaled.
-  float q[kMaxGroup][kVec];
+  float q[G][kVec];
 #pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
+  for (int g = 0; g < G; ++g) {
     if (g < group) {
       load_vec(p.q + int64_t{seq} * p.q_stride + int64_t{kv_head * group + g} * D + lane * kVec, q[g]);
 #pragma unroll
@@ -118,27 +171,27 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_partition_kernel(Decode
     }
   }
 
-  // Scores. Every lane of a warp runs the same iterations (the shuffles need all 32).
-  for (int32_t base = first; base < last; base += kGroups) {
-    const int32_t t = base + token_group;
-    const bool valid = t < last;
-    float k[kVec];
-    if (valid) {
-      const int64_t block = table[t / p.block_size];
-      load_vec(p.k_cache + block * block_stride + kv_head * head_stride + int64_t{t % p.block_size} * D + lane * kVec, k);
-    } else {
+  // Scores, kDecodeUnroll key rows loaded before the first is used. Every lane of a warp runs
+  // the same iterations (the shuffles need all 32).
+  for (int32_t base = first; base < last; base += kGroups * kDecodeUnroll) {
+    uint4 raw[kDecodeUnroll];
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) k[i] = 0.0f;
-    }
+    for (int u = 0; u < kDecodeUnroll; ++u) raw[u] = row(p.k_cache, base + u * kGroups + token_group);
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-      if (g < group) {
-        float dot = 0.0f;
+    for (int u = 0; u < kDecodeUnroll; ++u) {
+      const int32_t t = base + u * kGroups + token_group;
+      float k[kVec];
+      unpack_vec<T>(raw[u], k);
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) dot += q[g][i] * k[i];
+      for (int g = 0; g < G; ++g) {
+        if (g < group) {
+          float dot = 0.0f;
 #pragma unroll
-        for (int offset = kLanes / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-        if (valid && lane == 0) scores[g][t - first] = dot;
+          for (int i = 0; i < kVec; ++i) dot += q[g][i] * k[i];
+#pragma unroll
+          for (int offset = kLanes / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+          if (t < last && lane == 0) scores[g][t - first] = dot;
+        }
       }
     }
   }
@@ -164,25 +217,33 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_partition_kernel(Decode
   }
   __syncthreads();
 
-  // Weighted values: each group sums its tokens for its kVec dims of every query head.
-  float acc[kMaxGroup][kVec] = {};
-  for (int32_t t = first + token_group; t < last; t += kGroups) {
-    const int64_t block = table[t / p.block_size];
-    float v[kVec];
-    load_vec(p.v_cache + block * block_stride + kv_head * head_stride + int64_t{t % p.block_size} * D + lane * kVec, v);
+  // Weighted values: each group sums its tokens for its kVec dims of every query head, with
+  // kDecodeUnroll value rows in flight.
+  float acc[G][kVec] = {};
+  for (int32_t base = first + token_group; base < last; base += kGroups * kDecodeUnroll) {
+    uint4 raw[kDecodeUnroll];
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-      if (g < group) {
-        const float w = scores[g][t - first];
+    for (int u = 0; u < kDecodeUnroll; ++u) raw[u] = row(p.v_cache, base + u * kGroups);
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) acc[g][i] += w * v[i];
+    for (int u = 0; u < kDecodeUnroll; ++u) {
+      const int32_t t = base + u * kGroups;
+      if (t >= last) break;
+      float v[kVec];
+      unpack_vec<T>(raw[u], v);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        if (g < group) {
+          const float w = scores[g][t - first];
+#pragma unroll
+          for (int i = 0; i < kVec; ++i) acc[g][i] += w * v[i];
+        }
       }
     }
   }
 
   // Add the groups' partial sums, one query head at a time, and write them out.
 #pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
+  for (int g = 0; g < G; ++g) {
     if (g < group) {
 #pragma unroll
       for (int i = 0; i < kVec; ++i) reduce_buf[token_group * D + lane * kVec + i] = acc[g][i];
@@ -213,13 +274,14 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_reduce_kernel(DecodePar
   extern __shared__ float weights[];  // (max_partitions, rounded up to 4) e^(m_p - M)
   __shared__ float scratch[32];
   const int32_t seq = blockIdx.y, head = blockIdx.x;
-  const int32_t context = min(p.context_lens[seq], p.max_partitions * kDecodePartition);
+  const int32_t context = min(p.context_lens[seq], p.max_context);
   T* out = p.out + int64_t{seq} * p.out_stride + int64_t{head} * D;
   if (context <= 0) {  // nothing to attend to: a padding row
     for (int d = threadIdx.x; d < D; d += blockDim.x) out[d] = from_float<T>(0.0f);
     return;
   }
-  const int32_t num_partitions = (context + kDecodePartition - 1) / kDecodePartition;
+  const int32_t size = decode_partition_size(context);
+  const int32_t num_partitions = (context + size - 1) / size;
   if (num_partitions == 1) return;  // the partition kernel wrote the output itself
   const int64_t base = (int64_t{seq} * p.num_heads + head) * p.max_partitions;
 
@@ -441,11 +503,18 @@ __global__ void __launch_bounds__(kMmaWarps * 32) prefill_mma_kernel(PrefillPara
   const int32_t row0 = tile.row0, tile_first = tile.first, tile_rows = tile.rows, start = tile.start;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
-  for (int i = tid; i < kMmaQueries * D; i += blockDim.x) {
-    const int r = i / D, d = i % D;
-    qs[i] = r < tile_rows ? p.q[int64_t{row0 + tile_first + r} * p.q_stride + int64_t{head} * D + d] : from_float<T>(0.0f);
-    os[i] = 0.0f;
+  // Rows go to shared memory 16 bytes (kVec values) a thread at a time: head_dim, the cache's
+  // rows and q_stride are multiples of 16 bytes (prefill_attention checks q_stride).
+  constexpr int kVec = 16 / sizeof(T), kRowVecs = D / kVec;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int i = tid; i < kMmaQueries * kRowVecs; i += blockDim.x) {
+    const int r = i / kRowVecs, c = i % kRowVecs;
+    reinterpret_cast<uint4*>(qs)[i] =
+        r < tile_rows ? *reinterpret_cast<const uint4*>(p.q + int64_t{row0 + tile_first + r} * p.q_stride +
+                                                        int64_t{head} * D + c * kVec)
+                      : zero;
   }
+  for (int i = tid; i < kMmaQueries * D; i += blockDim.x) os[i] = 0.0f;
   for (int r = tid; r < kMmaQueries; r += blockDim.x) {
     row_max[r] = -INFINITY;
     row_sum[r] = 0.0f;
@@ -461,17 +530,17 @@ __global__ void __launch_bounds__(kMmaWarps * 32) prefill_mma_kernel(PrefillPara
   const int32_t kv_end = start + tile_first + tile_rows;  // keys up to the tile's last query, inclusive
   for (int32_t kv_first = 0; kv_first < kv_end; kv_first += kMmaKeys) {
     __syncthreads();  // the previous tile's ks/vs are read by every warp (and qs/os written)
-    for (int i = tid; i < kMmaKeys * D; i += blockDim.x) {
-      const int j = i / D, d = i % D;
+    for (int i = tid; i < kMmaKeys * kRowVecs; i += blockDim.x) {
+      const int j = i / kRowVecs, c = i % kRowVecs;
       const int32_t t = kv_first + j;
+      uint4 k = zero, v = zero;
       if (t < kv_end) {
-        const int64_t at = tile.key(t) + d;
-        ks[i] = p.k_cache[at];
-        vs[i] = p.v_cache[at];
-      } else {
-        ks[i] = from_float<T>(0.0f);
-        vs[i] = from_float<T>(0.0f);
+        const int64_t at = tile.key(t) + c * kVec;
+        k = *reinterpret_cast<const uint4*>(p.k_cache + at);
+        v = *reinterpret_cast<const uint4*>(p.v_cache + at);
       }
+      reinterpret_cast<uint4*>(ks)[i] = k;
+      reinterpret_cast<uint4*>(vs)[i] = v;
     }
     __syncthreads();
     // A warp whose rows are all past the slice, or all before this key tile, has nothing to add.
@@ -582,8 +651,7 @@ bool supported_head_dim(int32_t head_dim) {
 }
 
 int64_t decode_attention_workspace_floats(int32_t n_seqs, int32_t num_heads, int32_t head_dim, int32_t max_context) {
-  const int64_t partitions = (int64_t{std::max(max_context, 1)} + kDecodePartition - 1) / kDecodePartition;
-  return int64_t{n_seqs} * num_heads * partitions * (2 + head_dim);
+  return int64_t{n_seqs} * num_heads * decode_max_partitions(max_context) * (2 + head_dim);
 }
 
 void decode_attention(const DecodeAttentionArgs& a, Stream stream) {
@@ -591,20 +659,25 @@ void decode_attention(const DecodeAttentionArgs& a, Stream stream) {
   require(a.n_seqs >= 0 && a.max_context >= 0 && a.n_seqs <= 65535,
           "decode_attention: n_seqs in 0..65535 and max_context >= 0");
   if (a.n_seqs == 0) return;
-  const int32_t max_partitions = std::max<int32_t>(1, (a.max_context + kDecodePartition - 1) / kDecodePartition);
+  const int32_t max_partitions = decode_max_partitions(a.max_context);
   require(max_partitions == 1 || a.workspace != nullptr, "decode_attention: a context over one partition needs a workspace");
   const int64_t vec = 16 / static_cast<int64_t>(dtype_size(a.dtype));
   require(a.q_stride % vec == 0 && a.head_dim % vec == 0,
           "decode_attention: q_stride and head_dim must be multiples of 16 bytes (16-byte loads)");
   dispatch_dtype(a.dtype, [&]<typename T>() {
     const int64_t head_floats = int64_t{a.n_seqs} * a.num_heads * max_partitions;
-    DecodeParams<T> p{paged_params<T>(a), a.context_lens, max_partitions, a.workspace,
+    DecodeParams<T> p{paged_params<T>(a), a.context_lens, std::max(a.max_context, 0), max_partitions, a.workspace,
                       a.workspace ? a.workspace + head_floats : nullptr,
                       a.workspace ? a.workspace + 2 * head_floats : nullptr};
     dispatch_head_dim(a.head_dim, [&]<int D>() {
       constexpr int lanes = D / static_cast<int>(16 / sizeof(T));
       if constexpr (lanes >= 1 && lanes <= 32) {
-        decode_partition_kernel<T, D><<<dim3(max_partitions, a.num_kv_heads, a.n_seqs), kDecodeThreads, 0, stream>>>(p);
+        const dim3 grid(max_partitions, a.num_kv_heads, a.n_seqs);
+        if (a.num_heads / a.num_kv_heads <= 4) {
+          decode_partition_kernel<T, D, 4><<<grid, kDecodeThreads, 0, stream>>>(p);
+        } else {
+          decode_partition_kernel<T, D, kMaxGroup><<<grid, kDecodeThreads, 0, stream>>>(p);
+        }
         check_launch("decode_attention (partitions)");
         // Rounded up to whole 16-byte words: ptxas reads the tail of `weights` with one LDS.128
         // (seen in the sm_90 SASS), past the last partition. The GPU does not fault on that, but
@@ -628,19 +701,22 @@ void prefill_attention(const PrefillAttentionArgs& a, Stream stream) {
   dispatch_dtype(a.dtype, [&]<typename T>() {
     PrefillParams<T> p{paged_params<T>(a), a.query_start, a.start_pos};
     dispatch_head_dim(a.head_dim, [&]<int D>() {
+      // The tensor-core kernel stages query rows 16 bytes at a time: q_stride must allow it.
       if constexpr (!std::is_same_v<T, float> && D % 16 == 0) {
-        constexpr size_t shared = prefill_mma_shared_bytes<T, D>();
-        static const bool opted_in = [] {
-          check(cudaFuncSetAttribute(reinterpret_cast<const void*>(&prefill_mma_kernel<T, D>),
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
-                "prefill_attention: raising the shared-memory limit (tensor cores)");
-          return true;
-        }();
-        (void)opted_in;
-        const unsigned tiles = blocks_for(a.max_query_len, kMmaQueries);
-        prefill_mma_kernel<T, D><<<dim3(tiles, a.num_heads, a.n_slices), kMmaWarps * 32, shared, stream>>>(p);
-        check_launch("prefill_attention (tensor cores)");
-        return;
+        if (a.q_stride % int64_t(16 / sizeof(T)) == 0) {
+          constexpr size_t shared = prefill_mma_shared_bytes<T, D>();
+          static const bool opted_in = [] {
+            check(cudaFuncSetAttribute(reinterpret_cast<const void*>(&prefill_mma_kernel<T, D>),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
+                  "prefill_attention: raising the shared-memory limit (tensor cores)");
+            return true;
+          }();
+          (void)opted_in;
+          const unsigned tiles = blocks_for(a.max_query_len, kMmaQueries);
+          prefill_mma_kernel<T, D><<<dim3(tiles, a.num_heads, a.n_slices), kMmaWarps * 32, shared, stream>>>(p);
+          check_launch("prefill_attention (tensor cores)");
+          return;
+        }
       }
       constexpr size_t shared = prefill_shared_bytes<D>();
       // Over 48 KB of dynamic shared memory needs an opt-in per kernel (head_dim 128: 49.5 KB).

@@ -527,9 +527,11 @@ void check_dtype() {
   check_rope_kv<T>(KvShape{8, 4, 8, 7, 20}, 17, 0.0f);
   check_copy_blocks<T>(KvShape{32, 8, 128, 16, 9});
 
-  // Decode: ends on and around KV-block (16) and partition (512) boundaries, a padding row (0).
-  check_decode<T>(llama3, {1, 15, 16, 17, 511, 512, 513, 1024, 1500, 0});
-  if (full) check_decode<T>(KvShape{64, 8, 128, 32, 0}, {2049, 5, 4096});
+  // Decode: ends on and around KV-block (16) and partition boundaries, a padding row (0). A
+  // context's partitions are 64 tokens up to 1024, then 128, 256 and 512 (16 of them, from 8192
+  // more than 16): 1025, 2049 and 4097 each leave one token in their last partition.
+  check_decode<T>(llama3, {1, 15, 16, 17, 63, 64, 65, 511, 512, 513, 1024, 1500, 0});
+  if (full) check_decode<T>(KvShape{64, 8, 128, 32, 0}, {2049, 5, 4096, 4097, 8193});
   // fp32 at head_dim 256 is 64 lanes of 16 bytes, over a warp: the decode kernel refuses it.
   if constexpr (!std::is_same_v<T, float>) check_decode<T>(KvShape{8, 1, 256, 16, 0}, {1, 700, 33});
   check_decode<T>(tiny, {1, 2, 16, 17, 100, 511, 512, 513, 0});

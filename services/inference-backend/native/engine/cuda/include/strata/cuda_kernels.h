@@ -86,10 +86,11 @@ void rope_write_kv(const RopeKvArgs& args, Stream stream);
 void copy_blocks(DType dtype, void* k_cache, void* v_cache, const int32_t* src, const int32_t* dst, int32_t n_pairs,
                  int64_t block_elems, Stream stream);
 
-// One query token per sequence (decode) over its paged KV, split-K: the context is cut into
-// partitions of kDecodePartition tokens, each scored by its own thread block for every query
-// head of one KV head (GQA), then a second kernel merges the partitions' softmax statistics.
-inline constexpr int32_t kDecodePartition = 512;
+// One query token per sequence (decode) over its paged KV, split-K: each sequence's context is
+// cut into about 16 partitions of 64 to kDecodePartition tokens (a power of two that depends
+// on that context alone), each scored by its own thread block for every query head of one KV
+// head (GQA), then a second kernel merges the partitions' softmax statistics.
+inline constexpr int32_t kDecodePartition = 512;  // the largest partition
 
 // What both attention kernels read: the query and output rows, the paged KV cache and the
 // heads' shape.
