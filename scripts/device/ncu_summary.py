@@ -44,7 +44,7 @@ def short_name(name):
 
 def kind(name):
     low = name.lower()
-    if any(k in low for k in ("gemm", "gemv", "xmma", "cutlass", "cublas", "quant_")):
+    if any(k in low for k in ("gemm", "gemv", "xmma", "nvjet", "cutlass", "cublas", "quant_")):
         return "gemm"
     if "attention" in low or "decode_" in low or "prefill" in low:
         return "attention"

@@ -1,5 +1,6 @@
 // RoPE on q and k, fused with writing k and v into the paged cache: one thread block per token
 // reads its q, k and v once and writes q back and k, v into their slot.
+#include <algorithm>
 #include <string>
 
 #include "device_common.cuh"
@@ -94,7 +95,11 @@ void rope_write_kv(const RopeKvArgs& a, Stream stream) {
                       static_cast<const T*>(a.v), a.v_stride, a.positions, a.slots, a.inv_freq,
                       static_cast<T*>(a.k_cache), static_cast<T*>(a.v_cache), a.num_heads, a.num_kv_heads,
                       a.head_dim, a.block_size};
-    rope_write_kv_kernel<T><<<a.n_tokens, 128, shared, stream>>>(p);
+    // A thread per rotated pair of q, up to 1024: a decode step's token is one block, and its
+    // latency is the kernel's (128 threads looping over Llama-3-8B's 2048 pairs took 14 us).
+    const int32_t pairs = a.num_heads * (a.head_dim / 2);
+    const int threads = std::min(1024, (pairs + 31) / 32 * 32);
+    rope_write_kv_kernel<T><<<a.n_tokens, threads, shared, stream>>>(p);
   });
   check_launch("rope_write_kv");
 }
