@@ -7,6 +7,7 @@
 #include <string>
 
 #include "device_common.cuh"
+#include "mma_primitives.cuh"
 
 namespace strata::cuda {
 
@@ -619,6 +620,181 @@ __global__ void __launch_bounds__(kMmaWarps * 32) prefill_mma_kernel(PrefillPara
   }
 }
 
+// Flash-attention-2 style prefill on mma.sync m16n8k16 (bf16/fp16, head_dim 16 to 128): grid
+// (query tiles of 64, query heads, slices), 4 warps of 16 query rows each. Unlike the WMMA
+// kernel above, nothing of a warp's rows leaves its registers between key tiles: the queries
+// are A fragments, the scores of a 64-key tile are mma accumulators, their online softmax is
+// done in place (each row's max and sum across the 4 lanes that hold it), the probabilities
+// become the next mma's A fragments as they are (the C layout of two 8-key tiles is the A
+// layout of one 16-key step), and the output stays in fp32 accumulators to the end. K and V
+// tiles come through shared memory with cp.async, two tiles deep, rows padded by 16 bytes (so
+// the fragment loads and ldmatrix hit 32 distinct banks). P is rounded to the dtype before the
+// P·V product, as flash attention does; the row sums are of the fp32 probabilities.
+constexpr int kFaWarps = 4;
+constexpr int kFaQueries = 16 * kFaWarps;
+constexpr int kFaKeys = 64;
+
+template <typename T, int D>
+constexpr size_t prefill_fa_shared_bytes() {
+  return size_t{2} * 2 * kFaKeys * (D + 8) * sizeof(T);  // two stages of K and V tiles
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kFaWarps * 32) prefill_fa_kernel(PrefillParams<T> p) {
+  static_assert(D % 16 == 0 && D <= 128, "head_dim 16..128, whole 16-wide mma steps");
+  constexpr int kStride = D + 8;                  // a staged row, padded
+  constexpr int kVec = 16 / sizeof(T);            // values per 16-byte copy
+  constexpr int kRowChunks = D / kVec;
+  constexpr int kTileElems = kFaKeys * kStride;
+  extern __shared__ float4 fa_smem4[];
+  T* const staged = reinterpret_cast<T*>(fa_smem4);  // stage s: K at 2s tiles, V at 2s + 1
+
+  const int32_t head = blockIdx.y;
+  PrefillTile tile{};
+  if (!tile.init(p, kFaQueries, D)) return;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int32_t base = tile.start + tile.first;  // position of the tile's first query row
+  const int32_t warp_first = warp * 16;
+  const bool warp_active = warp_first < tile.rows;
+  const int32_t warp_last = base + min(warp_first + 15, tile.rows - 1);
+  // This lane's two rows, g and g + 8 of the warp's 16: their positions, or -1 past the slice.
+  const int32_t row_lo = warp_first + g, row_hi = row_lo + 8;
+  const int32_t pos_lo = row_lo < tile.rows ? base + row_lo : -1;
+  const int32_t pos_hi = row_hi < tile.rows ? base + row_hi : -1;
+  const float scale_log2 = p.scale * 1.4426950408889634f;  // softmax through exp2
+
+  // The queries as A fragments, straight from global memory (read once).
+  uint32_t qa[D / 16][4];
+  {
+    const T* q_lo = p.q + int64_t{tile.row0 + tile.first + row_lo} * p.q_stride + int64_t{head} * D;
+    const T* q_hi = p.q + int64_t{tile.row0 + tile.first + row_hi} * p.q_stride + int64_t{head} * D;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int c = kk * 16 + 2 * t;
+      qa[kk][0] = pos_lo >= 0 ? *reinterpret_cast<const uint32_t*>(q_lo + c) : 0u;
+      qa[kk][1] = pos_hi >= 0 ? *reinterpret_cast<const uint32_t*>(q_hi + c) : 0u;
+      qa[kk][2] = pos_lo >= 0 ? *reinterpret_cast<const uint32_t*>(q_lo + c + 8) : 0u;
+      qa[kk][3] = pos_hi >= 0 ? *reinterpret_cast<const uint32_t*>(q_hi + c + 8) : 0u;
+    }
+  }
+
+  // Keys up to the tile's last query row, inclusive; a tile's keys past them are zeros.
+  const int32_t kv_end = base + tile.rows;
+  const int32_t n_tiles = (kv_end + kFaKeys - 1) / kFaKeys;
+  const auto stage = [&](int s, int32_t kv_first) {
+    T* ks = staged + 2 * s * kTileElems;
+    T* vs = ks + kTileElems;
+    for (int i = tid; i < kFaKeys * kRowChunks; i += kFaWarps * 32) {
+      const int j = i / kRowChunks, c = (i % kRowChunks) * kVec;
+      const int32_t key = kv_first + j;
+      const bool valid = key < kv_end;
+      const int64_t at = valid ? tile.key(key) + c : 0;
+      cp_async16(ks + j * kStride + c, p.k_cache + at, valid);
+      cp_async16(vs + j * kStride + c, p.v_cache + at, valid);
+    }
+    cp_async_commit();
+  };
+
+  float o[D / 8][4] = {};
+  float max_lo = -INFINITY, max_hi = -INFINITY, sum_lo = 0.0f, sum_hi = 0.0f;  // sums: this lane's part
+  stage(0, 0);
+  for (int32_t it = 0; it < n_tiles; ++it) {
+    const int32_t kv_first = it * kFaKeys;
+    if (it + 1 < n_tiles) {
+      stage((it + 1) % 2, kv_first + kFaKeys);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // this tile is in shared memory for every warp
+    const T* ks = staged + 2 * (it % 2) * kTileElems;
+    const T* vs = ks + kTileElems;
+    // A warp whose rows are all past the slice, or all before this key tile, has nothing to add.
+    if (warp_active && kv_first <= warp_last) {
+      // Scores: (16, 64) = Q (16, D) · Kᵀ, eight 8-key tiles. B[k][n] = K[key n][dim k].
+      float sc[kFaKeys / 8][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+        for (int nt = 0; nt < kFaKeys / 8; ++nt) {
+          const T* krow = ks + (nt * 8 + g) * kStride + kk * 16 + 2 * t;
+          mma16816<T>(sc[nt], qa[kk], *reinterpret_cast<const uint32_t*>(krow),
+                      *reinterpret_cast<const uint32_t*>(krow + 8), sc[nt]);
+        }
+      }
+      // Causal mask and scale; each row's max over the tile, across its 4 lanes.
+      float tile_lo = -INFINITY, tile_hi = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kFaKeys / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int32_t key = kv_first + nt * 8 + 2 * t + e;
+          sc[nt][e] = key <= pos_lo ? sc[nt][e] * scale_log2 : -INFINITY;
+          sc[nt][2 + e] = key <= pos_hi ? sc[nt][2 + e] * scale_log2 : -INFINITY;
+          tile_lo = fmaxf(tile_lo, sc[nt][e]);
+          tile_hi = fmaxf(tile_hi, sc[nt][2 + e]);
+        }
+      }
+#pragma unroll
+      for (int offset = 1; offset < 4; offset <<= 1) {
+        tile_lo = fmaxf(tile_lo, __shfl_xor_sync(0xffffffffu, tile_lo, offset));
+        tile_hi = fmaxf(tile_hi, __shfl_xor_sync(0xffffffffu, tile_hi, offset));
+      }
+      const float new_lo = fmaxf(max_lo, tile_lo), new_hi = fmaxf(max_hi, tile_hi);
+      const float shift_lo = new_lo == -INFINITY ? 0.0f : new_lo, shift_hi = new_hi == -INFINITY ? 0.0f : new_hi;
+      const float rescale_lo = exp2f(max_lo - shift_lo), rescale_hi = exp2f(max_hi - shift_hi);
+      max_lo = new_lo;
+      max_hi = new_hi;
+      // Probabilities, as the A fragments of P · V: 16-key step j is 8-key tiles 2j and 2j + 1.
+      uint32_t pa[kFaKeys / 16][4];
+      float part_lo = 0.0f, part_hi = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < kFaKeys / 8; ++nt) {
+        const float p0 = exp2f(sc[nt][0] - shift_lo), p1 = exp2f(sc[nt][1] - shift_lo);
+        const float p2 = exp2f(sc[nt][2] - shift_hi), p3 = exp2f(sc[nt][3] - shift_hi);
+        part_lo += p0 + p1;
+        part_hi += p2 + p3;
+        pa[nt / 2][(nt % 2) * 2] = pack2<T>(p0, p1);
+        pa[nt / 2][(nt % 2) * 2 + 1] = pack2<T>(p2, p3);
+      }
+      sum_lo = sum_lo * rescale_lo + part_lo;
+      sum_hi = sum_hi * rescale_hi + part_hi;
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn) {
+        o[dn][0] *= rescale_lo;
+        o[dn][1] *= rescale_lo;
+        o[dn][2] *= rescale_hi;
+        o[dn][3] *= rescale_hi;
+      }
+      // Output: (16, D) += P (16, 64) · V (64, D). B[k][n] = V[key k][dim n], transposed by ldmatrix.
+#pragma unroll
+      for (int kk = 0; kk < kFaKeys / 16; ++kk) {
+#pragma unroll
+        for (int dn = 0; dn < D / 8; ++dn) {
+          uint32_t b0, b1;
+          ldmatrix_x2_trans(b0, b1, vs + (kk * 16 + lane % 16) * kStride + dn * 8);
+          mma16816<T>(o[dn], pa[kk], b0, b1, o[dn]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
+  }
+
+  // Each row's sum across its 4 lanes, then the normalised rows, two values a store.
+#pragma unroll
+  for (int offset = 1; offset < 4; offset <<= 1) {
+    sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, offset);
+    sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, offset);
+  }
+  T* out_lo = p.out + int64_t{tile.row0 + tile.first + row_lo} * p.out_stride + int64_t{head} * D + 2 * t;
+  T* out_hi = p.out + int64_t{tile.row0 + tile.first + row_hi} * p.out_stride + int64_t{head} * D + 2 * t;
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn) {
+    if (pos_lo >= 0) *reinterpret_cast<uint32_t*>(out_lo + dn * 8) = pack2<T>(o[dn][0] / sum_lo, o[dn][1] / sum_lo);
+    if (pos_hi >= 0) *reinterpret_cast<uint32_t*>(out_hi + dn * 8) = pack2<T>(o[dn][2] / sum_hi, o[dn][3] / sum_hi);
+  }
+}
+
 // Calls f.template operator()<D>() for a supported head_dim.
 template <typename F>
 void dispatch_head_dim(int32_t head_dim, F&& f) {
@@ -701,9 +877,27 @@ void prefill_attention(const PrefillAttentionArgs& a, Stream stream) {
   dispatch_dtype(a.dtype, [&]<typename T>() {
     PrefillParams<T> p{paged_params<T>(a), a.query_start, a.start_pos};
     dispatch_head_dim(a.head_dim, [&]<int D>() {
-      // The tensor-core kernel stages query rows 16 bytes at a time: q_stride must allow it.
+      // The tensor-core kernels read query rows 4 (FA) or 16 (WMMA) bytes at a time, and the
+      // output 4: the strides must allow it.
+      const bool aligned = a.q_stride % int64_t(16 / sizeof(T)) == 0 && a.out_stride % 2 == 0;
+      if constexpr (!std::is_same_v<T, float> && D % 16 == 0 && D <= 128) {
+        if (aligned) {
+          constexpr size_t shared = prefill_fa_shared_bytes<T, D>();
+          static const bool opted_in = [] {
+            check(cudaFuncSetAttribute(reinterpret_cast<const void*>(&prefill_fa_kernel<T, D>),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
+                  "prefill_attention: raising the shared-memory limit (flash attention)");
+            return true;
+          }();
+          (void)opted_in;
+          const unsigned tiles = blocks_for(a.max_query_len, kFaQueries);
+          prefill_fa_kernel<T, D><<<dim3(tiles, a.num_heads, a.n_slices), kFaWarps * 32, shared, stream>>>(p);
+          check_launch("prefill_attention (flash attention)");
+          return;
+        }
+      }
       if constexpr (!std::is_same_v<T, float> && D % 16 == 0) {
-        if (a.q_stride % int64_t(16 / sizeof(T)) == 0) {
+        if (aligned) {
           constexpr size_t shared = prefill_mma_shared_bytes<T, D>();
           static const bool opted_in = [] {
             check(cudaFuncSetAttribute(reinterpret_cast<const void*>(&prefill_mma_kernel<T, D>),

@@ -29,9 +29,8 @@
 // partial sums in a fixed order.
 //
 // The CPU emulation (emu.h) has no mma.sync, cp.async or PTX loads: under STRATA_CUDA_EMULATION
-// those few primitives are replaced below by C++ with the same effect (the mma by a
-// gather of the warp's fragments and the PTX ISA's register layout); everything else is the
-// code nvcc compiles.
+// those few primitives are replaced by C++ with the same effect (mma_primitives.cuh, and
+// below); everything else is the code nvcc compiles.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -39,6 +38,7 @@
 #include <type_traits>
 
 #include "device_common.cuh"
+#include "mma_primitives.cuh"
 #include "strata/cuda_quant.h"
 
 namespace strata::cuda {
@@ -88,19 +88,6 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
 #endif
 }
 
-#ifdef STRATA_CUDA_EMULATION
-template <typename T>
-inline float half_bits_to_float(uint32_t bits) {
-  if constexpr (std::is_same_v<T, __half>) return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
-  else return __uint_as_float(bits << 16);
-}
-template <typename T>
-inline uint32_t float_to_half_bits(float v) {
-  if constexpr (std::is_same_v<T, __half>) return __half_as_ushort(__float2half_rn(v));
-  else return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
-#endif
-
 // a * b + c on two packed fp16 or bf16 values, rounded to nearest (every use here is exact).
 template <typename T>
 __device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
@@ -131,78 +118,6 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   uint32_t d;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
-#endif
-}
-
-// d = A · B + c, one mma.sync.m16n8k16 with fp32 accumulators. Fragments as the PTX ISA lays
-// them out for lane = 4g + t: a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1],
-// a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8, 2t+9]; b[0] = B[2t, 2t+1][g],
-// b[1] = B[2t+8, 2t+9][g]; c[0..1] = C[g][2t, 2t+1], c[2..3] = C[g+8][2t, 2t+1]. Every lane of
-// the warp must make the call.
-template <typename T>
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
-                                         const float (&c)[4]) {
-#ifdef STRATA_CUDA_EMULATION
-  uint64_t a01[32], a23[32], bs[32];
-  ::strata::emu::gather(uint64_t{a[0]} | uint64_t{a[1]} << 32, a01);
-  ::strata::emu::gather(uint64_t{a[2]} | uint64_t{a[3]} << 32, a23);
-  ::strata::emu::gather(uint64_t{b0} | uint64_t{b1} << 32, bs);
-  const int lane = ::strata::emu::lane_id(), g = lane / 4, t = lane % 4;
-  // A[r][k]: register (r >= 8) + 2 (k >= 8) of lane 4 (r % 8) + (k % 8) / 2, half k % 2.
-  auto a_at = [&](int r, int k) {
-    const uint64_t both = k >= 8 ? a23[4 * (r % 8) + (k % 8) / 2] : a01[4 * (r % 8) + (k % 8) / 2];
-    const uint32_t reg = uint32_t(both >> (r >= 8 ? 32 : 0));
-    return half_bits_to_float<T>(reg >> (16 * (k % 2)) & 0xffffu);
-  };
-  // B[k][n]: register (k >= 8) of lane 4n + (k % 8) / 2, half k % 2.
-  auto b_at = [&](int k, int n) {
-    const uint32_t reg = uint32_t(bs[4 * n + (k % 8) / 2] >> (k >= 8 ? 32 : 0));
-    return half_bits_to_float<T>(reg >> (16 * (k % 2)) & 0xffffu);
-  };
-  float out[4];
-  for (int i = 0; i < 2; ++i) {
-    for (int j = 0; j < 2; ++j) {
-      float acc = c[2 * i + j];
-      for (int k = 0; k < 16; ++k) acc += a_at(g + 8 * i, k) * b_at(k, 2 * t + j);  // products exact in fp32
-      out[2 * i + j] = acc;
-    }
-  }
-  for (int e = 0; e < 4; ++e) d[e] = out[e];
-#else
-  if constexpr (std::is_same_v<T, __half>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%10, %11, %12, %13};"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%10, %11, %12, %13};"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-  }
-#endif
-}
-
-// 16 bytes global -> shared, asynchronously; zeros when !valid (src is then not read).
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-#ifdef STRATA_CUDA_EMULATION
-  if (valid) std::memcpy(smem, gmem, 16);
-  else std::memset(smem, 0, 16);
-#else
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#ifndef STRATA_CUDA_EMULATION
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-// Waits until at most `pending` of this thread's committed groups are still in flight.
-template <int pending>
-__device__ __forceinline__ void cp_async_wait() {
-#ifndef STRATA_CUDA_EMULATION
-  asm volatile("cp.async.wait_group %0;" ::"n"(pending) : "memory");
 #endif
 }
 
