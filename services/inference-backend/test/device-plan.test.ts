@@ -445,7 +445,10 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
     const r = sb.run('--dry-run', 'profile');
     expect(r.status, r.stdout + r.stderr).toBe(0);
     expect(sb.planJson().selected).toEqual(['machine', 'build', 'llama3', 'profile']);
-    const lines = sb.log('profile').split('\n').filter((l) => l.startsWith('dry-run: ncu '));
+    const lines = sb
+      .log('profile')
+      .split('\n')
+      .filter((l) => l.startsWith('dry-run: ncu '));
     expect(lines.map((l) => /--profile (\S+)/.exec(l)?.[1])).toEqual(['decode:1', 'decode:64', 'prefill']);
     for (const line of lines) {
       expect(line).toContain('--profile-from-start off');
@@ -458,39 +461,32 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
   it('sums ncu durations by kernel and class (ncu_summary.py)', () => {
     const dir = mkdtempSync(join(tmpdir(), 'strata-ncu-'));
     sandboxes.push(dir);
-    // ncu --csv --print-units base: its messages, then one quoted row per kernel and metric.
-    const header =
-      '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"';
-    const row = (id: number, name: string, ns: string) =>
-      `"${id}","1","bench_cuda_forward","host","${name}","1","13","(128, 1, 1)","(24, 8, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","${ns}"`;
-    const csv = [
-      '==PROF== Connected to process 1 (bench_cuda_forward)',
-      header,
-      row(0, 'void strata::cuda::(anonymous namespace)::decode_partition_kernel<__nv_bfloat16, 128>(strata::cuda::(anonymous namespace)::DecodeParams<T1>)', '1,500'),
-      row(1, 'sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64_execute_kernel__5x_cublas', '3000'),
-      row(2, 'void strata::cuda::(anonymous namespace)::decode_partition_kernel<__nv_bfloat16, 128>(strata::cuda::(anonymous namespace)::DecodeParams<T1>)', '500'),
-      row(3, 'void strata::cuda::(anonymous namespace)::add_rms_norm_kernel<__nv_bfloat16>(const float *, int)', '1000'),
-      '==PROF== Disconnected from process 1',
-    ].join('\n');
-    writeFileSync(join(dir, '15-profile.decode-1.csv'), `${csv}\n`);
+    // Lines of a real `ncu --csv --print-units base` log of a batch-1 decode step on an H200:
+    // ncu's messages, then one quoted row per kernel, durations in ns with thousands separators.
+    const csv = join(dir, '14-profile.decode-1.csv');
+    copyFileSync(join(import.meta.dirname, 'fixtures', 'ncu-decode-1.csv'), csv);
     const r = spawnSync(
       'python3',
-      [join(repo, 'scripts', 'device', 'ncu_summary.py'), join(dir, 'out.json'), join(dir, '15-profile.decode-1.csv')],
-      { encoding: 'utf8' },
+      [join(repo, 'scripts', 'device', 'ncu_summary.py'), join(dir, 'out.json'), csv],
+      {
+        encoding: 'utf8',
+      },
     );
     expect(r.status, r.stderr).toBe(0);
-    const summary = JSON.parse(readFileSync(join(dir, 'out.json'), 'utf8'));
-    const phase = summary.phases[0];
+    const phase = JSON.parse(readFileSync(join(dir, 'out.json'), 'utf8')).phases[0];
     expect(phase.phase).toBe('decode-1');
-    expect(phase.kernels).toBe(4);
-    expect(phase.total_us).toBeCloseTo(6, 6);
-    expect(phase.by_class_us).toEqual({ gemm: 3, attention: 2, other: 1 });
+    expect(phase.kernels).toBe(6);
+    expect(phase.total_us).toBeCloseTo(138.048, 6);
+    expect(phase.by_class_us.gemm).toBeCloseTo(58.656, 6);
+    expect(phase.by_class_us.attention).toBeCloseTo(39.84, 6);
+    expect(phase.by_class_us.sampling).toBeCloseTo(16.288, 6);
+    expect(phase.by_class_us.other).toBeCloseTo(23.264, 6);
     expect(phase.by_kernel[1]).toMatchObject({
-      kernel: 'decode_partition_kernel<__nv_bfloat16, 128>',
+      kernel: 'decode_partition_kernel<__nv_bfloat16, 128, 4>',
       class: 'attention',
       count: 2,
     });
-    expect(r.stdout).toMatch(/^decode-1: 4 kernels, 6 us of kernel time \(gemm 3 us, attention 2 us, other 1 us\)/m);
+    expect(r.stdout).toMatch(/^decode-1: 6 kernels, 138 us of kernel time \(gemm 59 us, attention 40 us, /m);
   });
 
   it('refuses a budget the device tool would cut, and unknown steps', () => {
