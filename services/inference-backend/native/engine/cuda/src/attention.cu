@@ -817,6 +817,19 @@ void check_heads(const char* kernel, int32_t num_heads, int32_t num_kv_heads, in
                                                      std::to_string(num_heads / num_kv_heads) + ")");
 }
 
+// Launches a prefill kernel over (query tiles, query heads, slices), after raising its dynamic
+// shared-memory limit: over 48 KB needs the opt-in, per kernel (head_dim 128: 49.5 KB to 68 KB).
+template <typename T>
+void launch_prefill(void (*kernel)(PrefillParams<T>), size_t shared, int threads, int queries,
+                    const PrefillAttentionArgs& a, const PrefillParams<T>& p, Stream stream, const char* what) {
+  check(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(shared)),
+        (std::string(what) + ": raising the shared-memory limit").c_str());
+  const unsigned tiles = blocks_for(a.max_query_len, queries);
+  (*kernel)<<<dim3(tiles, a.num_heads, a.n_slices), threads, shared, stream>>>(p);
+  check_launch(what);
+}
+
 }  // namespace
 
 bool supported_head_dim(int32_t head_dim) {
@@ -880,51 +893,22 @@ void prefill_attention(const PrefillAttentionArgs& a, Stream stream) {
       // The tensor-core kernels read query rows 4 (FA) or 16 (WMMA) bytes at a time, and the
       // output 4: the strides must allow it.
       const bool aligned = a.q_stride % int64_t(16 / sizeof(T)) == 0 && a.out_stride % 2 == 0;
-      if constexpr (!std::is_same_v<T, float> && D % 16 == 0 && D <= 128) {
-        if (aligned) {
-          constexpr size_t shared = prefill_fa_shared_bytes<T, D>();
-          static const bool opted_in = [] {
-            check(cudaFuncSetAttribute(reinterpret_cast<const void*>(&prefill_fa_kernel<T, D>),
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
-                  "prefill_attention: raising the shared-memory limit (flash attention)");
-            return true;
-          }();
-          (void)opted_in;
-          const unsigned tiles = blocks_for(a.max_query_len, kFaQueries);
-          prefill_fa_kernel<T, D><<<dim3(tiles, a.num_heads, a.n_slices), kFaWarps * 32, shared, stream>>>(p);
-          check_launch("prefill_attention (flash attention)");
-          return;
-        }
-      }
       if constexpr (!std::is_same_v<T, float> && D % 16 == 0) {
+        if constexpr (D <= 128) {
+          if (aligned) {
+            launch_prefill(&prefill_fa_kernel<T, D>, prefill_fa_shared_bytes<T, D>(), kFaWarps * 32, kFaQueries, a, p,
+                           stream, "prefill_attention (flash attention)");
+            return;
+          }
+        }
         if (aligned) {
-          constexpr size_t shared = prefill_mma_shared_bytes<T, D>();
-          static const bool opted_in = [] {
-            check(cudaFuncSetAttribute(reinterpret_cast<const void*>(&prefill_mma_kernel<T, D>),
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
-                  "prefill_attention: raising the shared-memory limit (tensor cores)");
-            return true;
-          }();
-          (void)opted_in;
-          const unsigned tiles = blocks_for(a.max_query_len, kMmaQueries);
-          prefill_mma_kernel<T, D><<<dim3(tiles, a.num_heads, a.n_slices), kMmaWarps * 32, shared, stream>>>(p);
-          check_launch("prefill_attention (tensor cores)");
+          launch_prefill(&prefill_mma_kernel<T, D>, prefill_mma_shared_bytes<T, D>(), kMmaWarps * 32, kMmaQueries, a,
+                         p, stream, "prefill_attention (tensor cores)");
           return;
         }
       }
-      constexpr size_t shared = prefill_shared_bytes<D>();
-      // Over 48 KB of dynamic shared memory needs an opt-in per kernel (head_dim 128: 49.5 KB).
-      static const bool opted_in = [] {
-        check(cudaFuncSetAttribute(reinterpret_cast<const void*>(&prefill_kernel<T, D>),
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(shared)),
-              "prefill_attention: raising the shared-memory limit");
-        return true;
-      }();
-      (void)opted_in;
-      const unsigned tiles = blocks_for(a.max_query_len, kPrefillQueries);
-      prefill_kernel<T, D><<<dim3(tiles, a.num_heads, a.n_slices), kPrefillThreads, shared, stream>>>(p);
-      check_launch("prefill_attention");
+      launch_prefill(&prefill_kernel<T, D>, prefill_shared_bytes<D>(), kPrefillThreads, kPrefillQueries, a, p, stream,
+                     "prefill_attention");
     });
   });
 }
