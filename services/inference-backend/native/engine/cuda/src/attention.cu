@@ -26,10 +26,10 @@ __device__ __forceinline__ float high_half(uint32_t w, __nv_bfloat16*) { return 
 __device__ __forceinline__ float low_half(uint32_t w, __half*) { return __half2float(__ushort_as_half(w & 0xffffu)); }
 __device__ __forceinline__ float high_half(uint32_t w, __half*) { return __half2float(__ushort_as_half(w >> 16)); }
 
+// 16 bytes of T (kVec values) as floats.
 template <typename T, int N>
-__device__ __forceinline__ void load_vec(const T* src, float (&dst)[N]) {
+__device__ __forceinline__ void unpack_vec(const uint4 raw, float (&dst)[N]) {
   static_assert(N * sizeof(T) == 16, "16-byte loads");
-  const uint4 raw = *reinterpret_cast<const uint4*>(src);
   const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -40,6 +40,11 @@ __device__ __forceinline__ void load_vec(const T* src, float (&dst)[N]) {
       dst[2 * i + 1] = high_half(words[i], static_cast<T*>(nullptr));
     }
   }
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void load_vec(const T* src, float (&dst)[N]) {
+  unpack_vec<T>(*reinterpret_cast<const uint4*>(src), dst);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -109,22 +114,6 @@ struct DecodeParams : PagedParams<T> {
   float* ws_sum;  // same
   float* ws_out;  // (n_seqs, num_heads, max_partitions, head_dim)
 };
-
-// 16 bytes of T (kVec values) as floats.
-template <typename T, int N>
-__device__ __forceinline__ void unpack_vec(const uint4 raw, float (&dst)[N]) {
-  static_assert(N * sizeof(T) == 16, "16-byte loads");
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (sizeof(T) == 4) {
-      dst[i] = __uint_as_float(words[i]);
-    } else {
-      dst[2 * i] = low_half(words[i], static_cast<T*>(nullptr));
-      dst[2 * i + 1] = high_half(words[i], static_cast<T*>(nullptr));
-    }
-  }
-}
 
 // G: the most query heads per KV head this instance handles (4 or kMaxGroup), which sizes the
 // per-thread query and accumulator arrays: Llama-3-8B's 4 need half the registers of 8.
