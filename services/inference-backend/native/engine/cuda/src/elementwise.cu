@@ -111,17 +111,37 @@ int row_threads(int32_t width) {
   return std::clamp((want + 31) / 32 * 32, 32, 1024);
 }
 
+// transformers computes act_fn(gate) in the model's dtype, then multiplies by up in it too.
 template <typename T>
+__device__ __forceinline__ T silu_times(T gate, T up) {
+  const float g = to_float(gate);
+  const float act = to_float(from_float<T>(g / (1.0f + __expf(-g))));
+  return from_float<T>(act * to_float(up));
+}
+
+// kVec (16 bytes of T) outputs a thread when `vec`, else one: a prefill step's 8,192 x 14,336
+// took 574 us with one 2-byte element a thread on an H200, 3.5x its bytes at copy speed.
+template <typename T, bool vec>
 __global__ void silu_mul_kernel(const T* __restrict__ gate_up, T* __restrict__ out, int32_t intermediate,
                                 int64_t total) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  constexpr int kVec = vec ? 16 / static_cast<int>(sizeof(T)) : 1;
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
   if (i >= total) return;
-  const int64_t row = i / intermediate, col = i % intermediate;
+  const int64_t row = i / intermediate, col = i % intermediate;  // a vector never straddles rows
   const T* in = gate_up + row * 2 * intermediate;
-  // transformers computes act_fn(gate) in the model's dtype, then multiplies by up in it too.
-  const float g = to_float(in[col]);
-  const float act = to_float(from_float<T>(g / (1.0f + __expf(-g))));
-  out[i] = from_float<T>(act * to_float(in[intermediate + col]));
+  if constexpr (vec) {
+    union Pack {
+      uint4 raw;
+      T v[kVec];
+    } gate, up, result;
+    gate.raw = *reinterpret_cast<const uint4*>(in + col);
+    up.raw = *reinterpret_cast<const uint4*>(in + intermediate + col);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) result.v[k] = silu_times(gate.v[k], up.v[k]);
+    *reinterpret_cast<uint4*>(out + i) = result.raw;
+  } else {
+    out[i] = silu_times(in[col], in[intermediate + col]);
+  }
 }
 
 // One thread block per (pair, K or V): a plain copy of block_elems elements, 16 bytes a thread.
@@ -225,8 +245,15 @@ void silu_mul(DType dtype, const void* gate_up, void* out, int32_t n_tokens, int
   const int64_t total = int64_t{n_tokens} * intermediate;
   if (total == 0) return;
   dispatch_dtype(dtype, [&]<typename T>() {
-    silu_mul_kernel<T><<<blocks_for(total, 256), 256, 0, stream>>>(static_cast<const T*>(gate_up),
-                                                                   static_cast<T*>(out), intermediate, total);
+    constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+    const bool aligned = reinterpret_cast<uintptr_t>(gate_up) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+    if (intermediate % kVec == 0 && aligned) {
+      silu_mul_kernel<T, true><<<blocks_for(total / kVec, 256), 256, 0, stream>>>(
+          static_cast<const T*>(gate_up), static_cast<T*>(out), intermediate, total);
+    } else {
+      silu_mul_kernel<T, false><<<blocks_for(total, 256), 256, 0, stream>>>(static_cast<const T*>(gate_up),
+                                                                            static_cast<T*>(out), intermediate, total);
+    }
   });
   check_launch("silu_mul");
 }
