@@ -28,15 +28,21 @@ inline uint32_t float_to_half_bits(float v) {
 #endif
 
 
-// Two floats as a packed pair of T (bf16 or fp16; lo in the low half), each rounded to nearest.
+// Two floats as a packed pair of T (bf16 or fp16; lo in the low half), each rounded to nearest:
+// one cvt instruction on the GPU.
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+#ifdef STRATA_CUDA_EMULATION
+  return float_to_half_bits<T>(lo) | float_to_half_bits<T>(hi) << 16;
+#else
+  uint32_t d;
   if constexpr (std::is_same_v<T, __half>) {
-    return uint32_t{__half_as_ushort(__float2half_rn(lo))} | uint32_t{__half_as_ushort(__float2half_rn(hi))} << 16;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   } else {
-    return uint32_t{__bfloat16_as_ushort(__float2bfloat16_rn(lo))} |
-           uint32_t{__bfloat16_as_ushort(__float2bfloat16_rn(hi))} << 16;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   }
+  return d;
+#endif
 }
 
 // d = A · B + c, one mma.sync.m16n8k16 with fp32 accumulators. Fragments as the PTX ISA lays

@@ -110,17 +110,6 @@ __device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
 #endif
 }
 
-// Two floats as packed bf16 (lo in the low half), rounded to nearest.
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-#ifdef STRATA_CUDA_EMULATION
-  return float_to_half_bits<__nv_bfloat16>(lo) | float_to_half_bits<__nv_bfloat16>(hi) << 16;
-#else
-  uint32_t d;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-#endif
-}
-
 // ---- dequantization -------------------------------------------------------------------------
 
 template <typename T>
@@ -161,7 +150,7 @@ __device__ __forceinline__ void dequant_pairs(uint32_t w0, uint32_t w1, uint32_t
         f[4 + i] = __uint_as_float(prmt(u1, 0x4B000000u, 0x7440 | i)) - 8388736.0f;
       }
 #pragma unroll
-      for (int s = 0; s < 4; ++s) p[s] = pack_bf16x2(f[2 * s], f[2 * s + 1]);
+      for (int s = 0; s < 4; ++s) p[s] = pack2<__nv_bfloat16>(f[2 * s], f[2 * s + 1]);
     }
   } else {
     (void)w1;
