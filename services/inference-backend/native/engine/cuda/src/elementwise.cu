@@ -57,6 +57,17 @@ __global__ void embedding_gather_kernel(const T* __restrict__ table, const int32
 // The second pass re-reads the row from L1/L2 (16 KB at hidden 4096).
 constexpr int kNormUnroll = 4;
 
+// This thread's kNormUnroll elements of a row from `base`, blockDim.x apart, as floats, all
+// loaded before any is used; 0 past the row's end or for a null row.
+template <typename S>
+__device__ __forceinline__ void load_strided(const S* row, int32_t base, int32_t n, float (&out)[kNormUnroll]) {
+#pragma unroll
+  for (int u = 0; u < kNormUnroll; ++u) {
+    const int32_t i = base + u * static_cast<int32_t>(blockDim.x);
+    out[u] = row != nullptr && i < n ? to_float(row[i]) : 0.0f;
+  }
+}
+
 template <typename T>
 __global__ void add_rms_norm_kernel(float* __restrict__ residual, const T* __restrict__ x, const T* __restrict__ weight,
                                     T* __restrict__ out, int32_t hidden, float eps) {
@@ -68,12 +79,8 @@ __global__ void add_rms_norm_kernel(float* __restrict__ residual, const T* __res
   float sum_sq = 0.0f;
   for (int32_t base = threadIdx.x; base < hidden; base += step) {
     float v[kNormUnroll], add[kNormUnroll];
-#pragma unroll
-    for (int u = 0; u < kNormUnroll; ++u) {
-      const int32_t i = base + u * static_cast<int32_t>(blockDim.x);
-      v[u] = i < hidden ? r[i] : 0.0f;
-      add[u] = xr != nullptr && i < hidden ? to_float(xr[i]) : 0.0f;
-    }
+    load_strided(r, base, hidden, v);
+    load_strided(xr, base, hidden, add);
 #pragma unroll
     for (int u = 0; u < kNormUnroll; ++u) {
       const int32_t i = base + u * static_cast<int32_t>(blockDim.x);
@@ -89,12 +96,8 @@ __global__ void add_rms_norm_kernel(float* __restrict__ residual, const T* __res
   T* o = out + row * hidden;
   for (int32_t base = threadIdx.x; base < hidden; base += step) {
     float v[kNormUnroll], w[kNormUnroll];
-#pragma unroll
-    for (int u = 0; u < kNormUnroll; ++u) {
-      const int32_t i = base + u * static_cast<int32_t>(blockDim.x);
-      v[u] = i < hidden ? r[i] : 0.0f;
-      w[u] = i < hidden ? to_float(weight[i]) : 0.0f;
-    }
+    load_strided(r, base, hidden, v);
+    load_strided(weight, base, hidden, w);
 #pragma unroll
     for (int u = 0; u < kNormUnroll; ++u) {
       const int32_t i = base + u * static_cast<int32_t>(blockDim.x);
