@@ -23,13 +23,13 @@
 #include <vector>
 
 #include "check_util.h"
+#include "strata/cuda_backend.h"
+#include "strata/cuda_gemm.h"
 
 // cudart's profiler switches, declared here: the toolkit's cuda_profiler_api.h is not in every
 // CUDA install (NVIDIA's PyPI wheels lack it), the functions are in every cudart.
 extern "C" cudaError_t cudaProfilerStart();
 extern "C" cudaError_t cudaProfilerStop();
-#include "strata/cuda_backend.h"
-#include "strata/cuda_gemm.h"
 
 using namespace strata;
 using namespace strata::cuda::checks;
