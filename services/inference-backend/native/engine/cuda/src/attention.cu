@@ -806,16 +806,21 @@ void check_heads(const char* kernel, int32_t num_heads, int32_t num_kv_heads, in
                                                      std::to_string(num_heads / num_kv_heads) + ")");
 }
 
-// Launches a prefill kernel over (query tiles, query heads, slices), after raising its dynamic
-// shared-memory limit: over 48 KB needs the opt-in, per kernel (head_dim 128: 49.5 KB to 68 KB).
-template <typename T>
-void launch_prefill(void (*kernel)(PrefillParams<T>), size_t shared, int threads, int queries,
-                    const PrefillAttentionArgs& a, const PrefillParams<T>& p, Stream stream, const char* what) {
-  check(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(shared)),
-        (std::string(what) + ": raising the shared-memory limit").c_str());
+// Launches a prefill kernel over (query tiles, query heads, slices). Its dynamic shared-memory
+// limit is raised once per kernel, on its first launch: over 48 KB needs the opt-in (head_dim
+// 128: 49.5 KB to 68 KB).
+template <auto Kernel, typename T>
+void launch_prefill(size_t shared, int threads, int queries, const PrefillAttentionArgs& a, const PrefillParams<T>& p,
+                    Stream stream, const char* what) {
+  static const bool opted_in = [&] {
+    check(cudaFuncSetAttribute(reinterpret_cast<const void*>(Kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(shared)),
+          (std::string(what) + ": raising the shared-memory limit").c_str());
+    return true;
+  }();
+  (void)opted_in;
   const unsigned tiles = blocks_for(a.max_query_len, queries);
-  (*kernel)<<<dim3(tiles, a.num_heads, a.n_slices), threads, shared, stream>>>(p);
+  (*Kernel)<<<dim3(tiles, a.num_heads, a.n_slices), threads, shared, stream>>>(p);
   check_launch(what);
 }
 
@@ -885,19 +890,19 @@ void prefill_attention(const PrefillAttentionArgs& a, Stream stream) {
       if constexpr (!std::is_same_v<T, float> && D % 16 == 0) {
         if constexpr (D <= 128) {
           if (aligned) {
-            launch_prefill(&prefill_fa_kernel<T, D>, prefill_fa_shared_bytes<T, D>(), kFaWarps * 32, kFaQueries, a, p,
-                           stream, "prefill_attention (flash attention)");
+            launch_prefill<&prefill_fa_kernel<T, D>>(prefill_fa_shared_bytes<T, D>(), kFaWarps * 32, kFaQueries, a, p,
+                                                     stream, "prefill_attention (flash attention)");
             return;
           }
         }
         if (aligned) {
-          launch_prefill(&prefill_mma_kernel<T, D>, prefill_mma_shared_bytes<T, D>(), kMmaWarps * 32, kMmaQueries, a,
-                         p, stream, "prefill_attention (tensor cores)");
+          launch_prefill<&prefill_mma_kernel<T, D>>(prefill_mma_shared_bytes<T, D>(), kMmaWarps * 32, kMmaQueries, a,
+                                                    p, stream, "prefill_attention (tensor cores)");
           return;
         }
       }
-      launch_prefill(&prefill_kernel<T, D>, prefill_shared_bytes<D>(), kPrefillThreads, kPrefillQueries, a, p, stream,
-                     "prefill_attention");
+      launch_prefill<&prefill_kernel<T, D>>(prefill_shared_bytes<D>(), kPrefillThreads, kPrefillQueries, a, p, stream,
+                                            "prefill_attention");
     });
   });
 }
