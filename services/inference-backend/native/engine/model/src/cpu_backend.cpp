@@ -5,6 +5,9 @@
 #include <cmath>
 #include <memory>
 #include <stdexcept>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "cpu_kernels.h"
 #include "kv_cache.h"
@@ -21,6 +24,22 @@
 namespace strata {
 
 namespace {
+
+// Grows v to n elements, allocating exactly that (resize alone may double the capacity).
+void grow_exact(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) >= n) return;
+  v.reserve(static_cast<size_t>(n));
+  v.resize(static_cast<size_t>(n));
+}
+
+// Loading makes many small allocations that are all freed when it ends (a GGUF's metadata alone
+// is about 100k vocabulary and merge strings); glibc keeps their pages resident in the loading
+// thread's arena, 9 MiB for SmolLM2. This hands the wholly free pages back to the system.
+void return_freed_heap() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
 
 // A weight matrix (n, k) as the step multiplies it: fp32 panels, or block-quantized rows
 // (GGUF) that the quantized GEMM reads as they are. A quantized matrix is shared, so a tied
@@ -157,8 +176,9 @@ std::string describe_weights(const ModelWeights& weights) {
 
 }  // namespace
 
-// Tokens per slice of the MLP (see forward()).
-constexpr int64_t kMlpChunk = 256;
+// Tokens per pass through the layers (see run_step()): the step buffers hold this many rows
+// however many tokens a step has.
+constexpr int64_t kRowsPerPass = 256;
 
 struct CpuBackend::Impl {
   ModelConfig config;
@@ -177,19 +197,22 @@ struct CpuBackend::Impl {
 
   int64_t q_dim = 0, kv_dim = 0, qkv_dim = 0;
 
-  // Per-step scratch, grown on demand; rows are the step's tokens in batch order.
-  std::vector<float> x;          // (tokens, hidden) residual stream
-  std::vector<float> normed;     // (tokens, hidden)
-  std::vector<float> qkv;        // (tokens, qkv_dim)
-  std::vector<float> attn;       // (tokens, q_dim)
-  std::vector<float> gate_up;    // (min(tokens, kMlpChunk), 2 * intermediate)
+  // Per-pass scratch, grown on demand; rows are the pass's tokens in batch order (at most
+  // kRowsPerPass of them).
+  std::vector<float> x;          // (rows, hidden) residual stream
+  std::vector<float> normed;     // (rows, hidden)
+  std::vector<float> qkv;        // (rows, qkv_dim)
+  std::vector<float> attn;       // (rows, q_dim)
+  std::vector<float> gate_up;    // (rows, 2 * intermediate)
+  std::vector<float> act;        // (rows, intermediate)
+  std::vector<float> cos, sin;   // (rows, head_dim / 2)
+  std::vector<float> head_in;    // (wanted, hidden) the step's final-normed rows whose logits are wanted
   std::vector<float> logits_chunk;  // (chunk_rows, vocab): forward_chunked's lm_head output
-  std::vector<float> act;        // (min(tokens, kMlpChunk), intermediate)
-  std::vector<float> cos, sin;   // (tokens, head_dim / 2)
-  std::vector<int32_t> positions;            // (tokens)
-  std::vector<const int32_t*> token_tables;  // (tokens) the block table of each token's slice
+  std::vector<int32_t> positions;            // (rows)
+  std::vector<const int32_t*> token_tables;  // (rows) the block table of each token's slice
   std::vector<AttentionSlice> slices;
   std::vector<int64_t> logit_rows;           // rows whose logits are wanted, in batch order
+  StepBatch pass;                            // the step's slices cut to one pass's rows
 
   Impl(ModelConfig cfg, ModelWeights weights, CpuBackendOptions options)
       : config(std::move(cfg)), rope(config), pool(options.num_threads), kernels(cpu_kernels()), qkernels(quant_kernels()) {
@@ -329,52 +352,93 @@ struct CpuBackend::Impl {
   }
 
   void reserve(int64_t tokens) {
-    const auto grow = [](std::vector<float>& v, int64_t rows, int64_t per_row) {
-      if (static_cast<int64_t>(v.size()) < rows * per_row) v.resize(static_cast<size_t>(rows * per_row));
-    };
+    const auto grow = [](std::vector<float>& v, int64_t rows, int64_t per_row) { grow_exact(v, rows * per_row); };
     grow(x, tokens, config.hidden_size);
     grow(normed, tokens, config.hidden_size);
     grow(qkv, tokens, qkv_dim);
     grow(attn, tokens, q_dim);
-    const int64_t mlp_rows = std::min(tokens, kMlpChunk);
-    grow(gate_up, mlp_rows, 2 * int64_t{config.intermediate_size});
-    grow(act, mlp_rows, config.intermediate_size);
+    grow(gate_up, tokens, 2 * int64_t{config.intermediate_size});
+    grow(act, tokens, config.intermediate_size);
     grow(cos, tokens, rope.half_dim());
     grow(sin, tokens, rope.half_dim());
   }
 
   void forward(const StepBatch& batch, float* logits) {
-    if (run_layers(batch, logits) == 0 || logit_rows.empty()) return;
-    const int64_t hidden = config.hidden_size;
-    const int64_t wanted = static_cast<int64_t>(logit_rows.size());
-    for (int64_t i = 0; i < wanted; ++i) rms_norm(x.data() + logit_rows[i] * hidden, final_norm, normed.data() + i * hidden);
-    gemm(normed.data(), wanted, lm_head, logits, {}, false);
+    const int64_t wanted = run_step(batch, logits);
+    if (wanted > 0) gemm(head_in.data(), wanted, lm_head, logits, {}, false);
   }
 
   // The lm_head over chunk_rows rows at a time, into one reused (chunk_rows, vocab) buffer; each
   // row's logits are the same as forward()'s (a GEMM row does not depend on the others).
   void forward_chunked(const StepBatch& batch, int32_t chunk_rows, const ModelBackend::LogitsConsumer& consume) {
     if (chunk_rows < 1) bad_input("forward_chunked: chunk_rows must be >= 1");
-    if (run_layers(batch, nullptr, /*logits_elsewhere=*/true) == 0 || logit_rows.empty()) return;
+    const int64_t wanted = run_step(batch, nullptr, /*logits_elsewhere=*/true);
+    if (wanted == 0) return;
     const int64_t hidden = config.hidden_size, vocab = config.vocab_size;
-    const int64_t wanted = static_cast<int64_t>(logit_rows.size());
     const int64_t chunk = std::min<int64_t>(chunk_rows, wanted);
-    if (static_cast<int64_t>(logits_chunk.size()) < chunk * vocab) logits_chunk.resize(static_cast<size_t>(chunk * vocab));
+    grow_exact(logits_chunk, chunk * vocab);
     for (int64_t first = 0; first < wanted; first += chunk) {
       const int64_t rows = std::min(chunk, wanted - first);
-      for (int64_t i = 0; i < rows; ++i) {
-        rms_norm(x.data() + logit_rows[first + i] * hidden, final_norm, normed.data() + i * hidden);
-      }
-      gemm(normed.data(), rows, lm_head, logits_chunk.data(), {}, false);
+      gemm(head_in.data() + first * hidden, rows, lm_head, logits_chunk.data(), {}, false);
       consume(static_cast<int32_t>(first), static_cast<int32_t>(rows), logits_chunk.data());
     }
   }
 
-  // Embedding and every layer of the step; the last hidden states stay in x. Returns the step's
-  // token count (0: nothing to run).
-  int64_t run_layers(const StepBatch& batch, float* logits, bool logits_elsewhere = false) {
-    const int64_t tokens = plan(batch, logits, logits_elsewhere);
+  // Every layer of the step, in passes of at most kRowsPerPass tokens: a long prefill is cut into
+  // pieces that run one after the other through all the layers, each piece attending to the KV
+  // the earlier ones wrote, so the step buffers stay kRowsPerPass rows long (a 2048-token step
+  // held about 40 MB of them) while each row computes what it would in one pass. The weights are
+  // read once per pass, which a pass of 256 rows pays for many times over in arithmetic. The
+  // final-normed hidden state of each row whose logits are wanted goes to head_in, in batch
+  // order; returns their count (0: nothing to run or no logits wanted).
+  int64_t run_step(const StepBatch& batch, const float* logits, bool logits_elsewhere = false) {
+    const int64_t tokens = plan(batch, logits, logits_elsewhere);  // checks the whole step first
     if (tokens == 0) return 0;
+    const int64_t hidden = config.hidden_size;
+    grow_exact(head_in, static_cast<int64_t>(logit_rows.size()) * hidden);
+    int64_t wanted = 0;
+    const auto finish_pass = [&]() {
+      const int64_t rows = static_cast<int64_t>(logit_rows.size());
+      for (int64_t i = 0; i < rows; ++i) {
+        rms_norm(x.data() + logit_rows[i] * hidden, final_norm, head_in.data() + (wanted + i) * hidden);
+      }
+      wanted += rows;
+    };
+    if (tokens <= kRowsPerPass) {
+      run_layers(batch, tokens);
+      finish_pass();
+      return wanted;
+    }
+    size_t s = 0;
+    int32_t done = 0;  // tokens of batch.seqs[s] already run
+    while (s < batch.seqs.size()) {
+      pass.seqs.clear();
+      int64_t rows = 0;
+      while (s < batch.seqs.size() && rows < kRowsPerPass) {
+        const SeqSlice& seq = batch.seqs[s];
+        const int32_t n = static_cast<int32_t>(std::min<int64_t>(seq.n_tokens - done, kRowsPerPass - rows));
+        SeqSlice piece = seq;
+        piece.tokens = seq.tokens + done;
+        piece.n_tokens = n;
+        piece.start_pos = seq.start_pos + done;
+        done += n;
+        piece.want_logits = seq.want_logits && done == seq.n_tokens;
+        pass.seqs.push_back(piece);
+        rows += n;
+        if (done == seq.n_tokens) {
+          ++s;
+          done = 0;
+        }
+      }
+      run_layers(pass, plan(pass, nullptr, /*logits_elsewhere=*/true));
+      finish_pass();
+    }
+    return wanted;
+  }
+
+  // Embedding and every layer for the batch's tokens, as plan() laid them out (one pass); the
+  // last hidden states stay in x.
+  void run_layers(const StepBatch& batch, int64_t tokens) {
     reserve(tokens);
     const int64_t hidden = config.hidden_size, inter = config.intermediate_size, half = rope.half_dim();
 
@@ -416,21 +480,15 @@ struct CpuBackend::Impl {
       for_rows(tokens, hidden, [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) rms_norm(x.data() + t * hidden, layer.post_norm, normed.data() + t * hidden);
       });
-      // The MLP in slices of kMlpChunk tokens: its (tokens, 3 * intermediate) scratch would be the
-      // largest buffer of a long prefill, and each row's result is the same either way.
-      for (int64_t c = 0; c < tokens; c += kMlpChunk) {
-        const int64_t rows = std::min(kMlpChunk, tokens - c);
-        gemm(normed.data() + c * hidden, rows, layer.gate_up, gate_up.data(), {}, false);
-        for_rows(rows, 2 * inter, [&](int64_t begin, int64_t end) {
-          for (int64_t t = begin; t < end; ++t) {
-            const float* g = gate_up.data() + t * 2 * inter;
-            kernels.silu_mul(g, g + inter, act.data() + t * inter, inter);
-          }
-        });
-        gemm(act.data(), rows, layer.down, x.data() + c * hidden, {}, true);
-      }
+      gemm(normed.data(), tokens, layer.gate_up, gate_up.data(), {}, false);
+      for_rows(tokens, 2 * inter, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+          const float* g = gate_up.data() + t * 2 * inter;
+          kernels.silu_mul(g, g + inter, act.data() + t * inter, inter);
+        }
+      });
+      gemm(act.data(), tokens, layer.down, x.data(), {}, true);
     }
-    return tokens;
   }
 };
 
@@ -445,11 +503,13 @@ CpuBackend::CpuBackend(const std::filesystem::path& model_path, CpuBackendOption
       weights = load_gguf_weights(file, config);
     }
     impl_ = std::make_unique<Impl>(std::move(config), std::move(weights), options);
+    return_freed_heap();
     return;
   }
   ModelConfig config = load_model_config(source.path);
   ModelWeights weights = load_model_weights(source.path, config);
   impl_ = std::make_unique<Impl>(std::move(config), std::move(weights), options);
+  return_freed_heap();
 }
 
 CpuBackend::CpuBackend(const ModelConfig& config, uint64_t dummy_seed, CpuBackendOptions options) {
@@ -506,5 +566,15 @@ int32_t CpuBackend::num_threads() const { return impl_->pool.size(); }
 const char* CpuBackend::kernel_isa() const { return impl_->kernels.isa; }
 
 const std::string& CpuBackend::weights_format() const { return impl_->weights_format; }
+
+int64_t CpuBackend::step_buffer_bytes() const {
+  const Impl& m = *impl_;
+  int64_t floats = 0;
+  for (const std::vector<float>* v : {&m.x, &m.normed, &m.qkv, &m.attn, &m.gate_up, &m.act, &m.cos, &m.sin, &m.head_in,
+                                      &m.logits_chunk}) {
+    floats += static_cast<int64_t>(v->capacity());
+  }
+  return floats * static_cast<int64_t>(sizeof(float)) + m.quant_scratch.bytes();
+}
 
 }  // namespace strata

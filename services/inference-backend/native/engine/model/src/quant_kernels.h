@@ -72,6 +72,7 @@ std::vector<const QuantKernels*> runnable_quant_kernels();
 // Reusable buffer for one GEMM's quantized activations; one per backend (GEMMs run one at a time).
 struct QuantScratch {
   std::vector<ActBlock> acts;
+  int64_t bytes() const { return static_cast<int64_t>(acts.capacity() * sizeof(ActBlock)); }
 };
 
 // Quantizes the activations once, then splits the weight rows over the pool.

@@ -164,6 +164,16 @@ std::vector<std::vector<float>> run_prefill(CpuBackend& backend, const std::vect
   return out;
 }
 
+// One step with every sequence's whole prompt, each wanting its logits.
+StepBatch whole_prompts(const std::vector<Seq>& seqs) {
+  StepBatch batch;
+  for (const Seq& seq : seqs) {
+    batch.seqs.push_back({seq.tokens.data(), static_cast<int32_t>(seq.tokens.size()), 0, seq.table.data(),
+                          static_cast<int32_t>(seq.table.size()), true});
+  }
+  return batch;
+}
+
 std::vector<int32_t> contiguous_table(int32_t first, int32_t n) {
   std::vector<int32_t> table(n);
   std::iota(table.begin(), table.end(), first);
@@ -252,14 +262,43 @@ TEST_CASE("cpu backend: chunking, batching, block placement and threads do not c
   CHECK(run_prefill(two, scattered, 6) == alone);
 }
 
-TEST_CASE("cpu backend: a prefill longer than the MLP's token slice gives the same logits as a chunked one") {
+TEST_CASE("cpu backend: a step longer than one pass gives the same logits, and its buffers stay one pass long") {
   ModelConfig c = small_config("LlamaForCausalLM");
   c.max_position_embeddings = 1024;
   CpuBackend backend(c, 4, CpuBackendOptions{2});
-  backend.allocate_kv(160, 4);
-  const std::vector<Seq> seqs = {{test_tokens(600, 9, c.vocab_size), contiguous_table(0, 150)}};
-  const std::vector<std::vector<float>> in_steps = run_prefill(backend, seqs, 100);  // 100 tokens a forward
-  CHECK(run_prefill(backend, seqs, 600) == in_steps);                               // one forward, 3 MLP slices
+  backend.allocate_kv(400, 4);
+  // One long prompt cut over three passes (256 rows each), prompts that end inside a pass and on
+  // its edge, and short ones: every sequence's logits as when each runs alone in small steps.
+  const std::vector<int> lengths = {600, 3, 253, 1, 256, 40};
+  std::vector<Seq> seqs;
+  int32_t first_block = 0;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    const int32_t blocks = (lengths[s] + 3) / 4;
+    seqs.push_back({test_tokens(lengths[s], 20 + static_cast<int>(s), c.vocab_size), contiguous_table(first_block, blocks)});
+    first_block += blocks;
+  }
+  std::vector<std::vector<float>> alone;
+  for (const Seq& seq : seqs) alone.push_back(run_prefill(backend, {seq}, 100)[0]);
+  CHECK(run_prefill(backend, seqs, 1000) == alone);  // one forward of 1153 tokens, 5 passes
+  // What one 256-row pass holds (residual, normed, q/k/v, attention out, MLP gate/up and
+  // activation, rope tables) and the wanted rows' final states: not the 1153 rows of the step.
+  const int64_t q_dim = int64_t{c.num_heads} * c.head_dim, kv_dim = int64_t{c.num_kv_heads} * c.head_dim;
+  const int64_t per_row = 2 * c.hidden_size + (q_dim + 2 * kv_dim) + q_dim + 3 * c.intermediate_size + c.head_dim;
+  const int64_t bound = (256 * per_row + static_cast<int64_t>(seqs.size()) * c.hidden_size) * 4;
+  std::printf("  step buffers %lld bytes, bound %lld\n", static_cast<long long>(backend.step_buffer_bytes()),
+              static_cast<long long>(bound));
+  CHECK(backend.step_buffer_bytes() <= bound);
+  CHECK(4 * bound < 1153 * per_row * 4);  // under a quarter of the step's 1153 rows
+
+  // The same step through forward_chunked: the rows in batch order, each forward()'s.
+  CpuBackend fresh(c, 4, CpuBackendOptions{2});
+  fresh.allocate_kv(400, 4);
+  const StepBatch batch = whole_prompts(seqs);
+  std::vector<std::vector<float>> got;
+  fresh.forward_chunked(batch, 4, [&](int32_t, int32_t rows, float* logits) {
+    for (int32_t r = 0; r < rows; ++r) got.emplace_back(logits + r * c.vocab_size, logits + (r + 1) * c.vocab_size);
+  });
+  CHECK(got == alone);
 }
 
 TEST_CASE("cpu backend: logits handed over in chunks are forward()'s, bit for bit, rows in order") {
@@ -273,11 +312,7 @@ TEST_CASE("cpu backend: logits handed over in chunks are forward()'s, bit for bi
   for (int32_t chunk : {1, 3, 7, 64}) {
     CpuBackend fresh(c, 5, CpuBackendOptions{2});
     fresh.allocate_kv(64, 4);
-    StepBatch batch;
-    for (const Seq& seq : seqs) {
-      batch.seqs.push_back({seq.tokens.data(), static_cast<int32_t>(seq.tokens.size()), 0, seq.table.data(),
-                            static_cast<int32_t>(seq.table.size()), true});
-    }
+    const StepBatch batch = whole_prompts(seqs);
     std::vector<std::vector<float>> got;
     int32_t calls = 0, next = 0;
     fresh.forward_chunked(batch, chunk, [&](int32_t first, int32_t rows, float* logits) {

@@ -168,7 +168,7 @@ class Engine {
   std::vector<Command> draining_;
   // Host sampling: the rows' logits come from the backend in chunks of kLogitsChunkRows (when it
   // chunks them; else logits_ holds every row) and are sampled as they come, into row_samples_.
-  static constexpr int32_t kLogitsChunkRows = 64;
+  static constexpr int32_t kLogitsChunkRows = 32;
   std::vector<float> logits_;  // (rows, vocab_size), for a backend that does not chunk
   std::vector<Sequence*> logit_seqs_;      // this step's sequences that sample, in row order
   std::vector<SampleResult> row_samples_;  // host sampling's result per row

@@ -44,6 +44,9 @@ class CpuBackend final : public ModelBackend {
   const char* kernel_isa() const;  // "avx2+fma" or "portable"
   // The weights' numeric format: "float32", or the block types of the quantized matrices ("Q4_1 + Q8_0").
   const std::string& weights_format() const;
+  // Bytes of step buffers held now (activations of one pass, the wanted rows' final hidden
+  // states, a chunk of logits): bounded by the rows of one pass, whatever a step's token count.
+  int64_t step_buffer_bytes() const;
 
  private:
   struct Impl;
