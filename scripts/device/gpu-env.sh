@@ -46,6 +46,25 @@ find_gpu_toolkit() {
   cuda_home=${STRATA_CUDA_HOME:-$(dirname "$(dirname "${real:-$nvcc_path}")")}
 }
 
+# The toolkit that builds here for the GPU machine (prebuild.sh, bundle-service.sh):
+# STRATA_CUDA_HOME, else .toolchain/cuda's (STRATA_CUDA=install bash scripts/strata setup), else
+# one on this machine. Sets nvcc_path, cuda_home and release ("release 13.0"); returns 1 when
+# there is none.
+find_build_toolkit() {
+  if [ -z "${STRATA_CUDA_HOME:-}" ] && [ -x .toolchain/cuda/nvidia/cu13/bin/nvcc ]; then
+    export STRATA_CUDA_HOME=$PWD/.toolchain/cuda/nvidia/cu13
+  fi
+  if [ -n "${STRATA_CUDA_HOME:-}" ]; then
+    nvcc_path=$STRATA_CUDA_HOME/bin/nvcc
+    cuda_home=$STRATA_CUDA_HOME
+  elif ! find_gpu_toolkit; then
+    echo "no nvcc: STRATA_CUDA=install bash scripts/strata setup puts one in .toolchain/cuda" >&2
+    return 1
+  fi
+  # shellcheck disable=SC2034 # the callers print it and write it into their manifests
+  release=$("$nvcc_path" --version | grep -o 'release [0-9.]*' | head -1)
+}
+
 # Exports STRATA_CUBLAS_DIR (unless given): the toolkit's own cuBLAS, else the wheel PyTorch
 # brought. The programs dlopen cuBLAS, so prebuilt ones need this too.
 find_cublas() {
@@ -92,6 +111,25 @@ source_hash() {
   (cd "$engine_dir" && find . -name target -prune -o -type f \( -name '*.cu' -o -name '*.cuh' -o -name '*.h' -o -name '*.hpp' \
     -o -name '*.cpp' -o -name '*.cc' -o -name '*.txt' -o -name '*.cmake' -o -name '*.py' \) -print0 |
     LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+}
+
+# What the service bundle (.device-service/, made by bundle-service.sh) is built from, hashed the
+# same way here and on the GPU machine: the engine's sources (source_hash), the addon's, the
+# backend's and @strata/common's TypeScript, the benchmark scripts it bundles, the lockfile (the
+# dependencies' versions) and the bundling scripts. A bundle of other sources is refused there.
+service_paths=(services/inference-backend/src services/inference-backend/native/addon
+  services/inference-backend/CMakeLists.txt services/inference-backend/package.json
+  services/inference-backend/bench/http-latency.mjs services/inference-backend/bench/paths.mjs
+  services/inference-backend/bench/sse-client.mjs services/inference-backend/bench/sse-client.c
+  services/inference-backend/bench/sse-frames.mjs
+  services/inference-backend/bench/story-prompts.mjs services/common/src services/common/package.json
+  pnpm-lock.yaml scripts/device/bundle-service.sh scripts/device/bundle-service.mjs
+  scripts/device/llama3-tokenizer.mjs)
+
+service_source_hash() {
+  { source_hash
+    find "${service_paths[@]}" -type f ! -name '*.log' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+  } | sha256sum | cut -c1-16
 }
 
 # Configures and builds the GPU programs into $build for one arch, with ninja when it is on PATH

@@ -5,7 +5,7 @@
 # repository root; docs/cuda-notes.md ("Running on the GPU machine") has the device tool's call.
 #
 #   bash scripts/device/gpu-plan.sh [--dry-run] [--budget S] [--cap STEP=S]... [--from STEP] [STEP...]
-#   bash scripts/device/gpu-plan.sh --list | --source-hash | --llama3-key
+#   bash scripts/device/gpu-plan.sh --list | --source-hash | --service-hash | --llama3-key
 #
 # With no STEP, every step of the plan; named steps (or --from STEP: that one and every later
 # one) run in the plan's order, after the steps they need (machine always, build, llama3).
@@ -35,21 +35,21 @@ self=scripts/device/gpu-plan.sh
 # The plan, in order of value, and the extras, run only when named.
 PLAN=(machine build gemm kernels quant sampling backend memcheck llama3 hf_logits forward hf_generate e2e)
 EXTRAS=(profile bench_gemm bench_quant bench_sampling e2e_cpu_sampling memcheck_quant racecheck_quant
-  memcheck_sampling racecheck_sampling)
+  memcheck_sampling racecheck_sampling service)
 # Each step's timeout (s), the least time worth starting it with, and the steps it needs.
 declare -A CAP=([machine]=45 [build]=330 [gemm]=60 [kernels]=90 [quant]=90 [sampling]=150 [backend]=120
   [memcheck]=180 [llama3]=300 [hf_logits]=150 [forward]=180 [hf_generate]=180 [e2e]=180
   [profile]=240 [bench_gemm]=120 [bench_quant]=180 [bench_sampling]=180 [e2e_cpu_sampling]=180 [memcheck_quant]=240
-  [racecheck_quant]=300 [memcheck_sampling]=300 [racecheck_sampling]=300)
+  [racecheck_quant]=300 [memcheck_sampling]=300 [racecheck_sampling]=300 [service]=240)
 declare -A MIN=([machine]=5 [build]=60 [gemm]=15 [kernels]=20 [quant]=20 [sampling]=30 [backend]=20
   [memcheck]=60 [llama3]=60 [hf_logits]=45 [forward]=60 [hf_generate]=60 [e2e]=60
   [profile]=60 [bench_gemm]=30 [bench_quant]=30 [bench_sampling]=30 [e2e_cpu_sampling]=60 [memcheck_quant]=60
-  [racecheck_quant]=60 [memcheck_sampling]=60 [racecheck_sampling]=60)
+  [racecheck_quant]=60 [memcheck_sampling]=60 [racecheck_sampling]=60 [service]=90)
 declare -A NEEDS=([gemm]=build [kernels]=build [quant]=build [sampling]=build [backend]=build
   [memcheck]=build [hf_logits]="build llama3" [forward]="build llama3" [hf_generate]=llama3
   [e2e]="build llama3" [profile]="build llama3" [bench_gemm]=build [bench_quant]=build [bench_sampling]=build
   [e2e_cpu_sampling]="build llama3" [memcheck_quant]=build [racecheck_quant]=build
-  [memcheck_sampling]=build [racecheck_sampling]=build)
+  [memcheck_sampling]=build [racecheck_sampling]=build [service]="build llama3")
 declare -A WHAT=([machine]="GPU, driver, toolkit and tools"
   [build]="the GPU programs for this GPU's arch (or the prebuilt ones)"
   [gemm]="cuBLASLt / cublasGemmEx against float64 (check_cuda_gemm)"
@@ -69,7 +69,8 @@ declare -A WHAT=([machine]="GPU, driver, toolkit and tools"
   [memcheck_quant]="compute-sanitizer memcheck over check_cuda_quant"
   [racecheck_quant]="compute-sanitizer racecheck over check_cuda_quant"
   [memcheck_sampling]="compute-sanitizer memcheck over check_cuda_sampling"
-  [racecheck_sampling]="compute-sanitizer racecheck over check_cuda_sampling")
+  [racecheck_sampling]="compute-sanitizer racecheck over check_cuda_sampling"
+  [service]="the inference backend on the CUDA backend (.device-service): 64 SSE streams next to the engine alone, /metrics, HTTP latency at 256 streams")
 DEFAULT_BUDGET=540  # the device tool stops a command at 600 s
 MAX_BUDGET=570
 # Kept back from the steps' timeouts for the summary and the archive. The plan's tests set a
@@ -82,6 +83,7 @@ RESULTS=$WORK/results
 STATE=$WORK/state
 CACHE=${STRATA_LLAMA3_CACHE:-/tmp/strata-llama3}
 PREBUILT=${STRATA_DEVICE_BIN:-.device-bin}
+SERVICE_BUNDLE=${STRATA_SERVICE_BUNDLE:-.device-service}
 MODELS=${STRATA_MODELS_DIR:-.device-models}
 LAYERS=${STRATA_LLAMA3_LAYERS:-32}
 
@@ -240,6 +242,7 @@ plan_main() {
         done
         exit 0 ;;
       --source-hash) source_hash; exit 0 ;;
+      --service-hash) service_source_hash; exit 0 ;;
       --llama3-key) llama3_key; exit 0 ;;
       -h | --help) usage ;;
       -*) echo "unknown option $1" >&2; exit 2 ;;
@@ -399,6 +402,7 @@ run_step() {  # step timeout
     case $name in
       machine) head -n 40 "$base.log" ;;
       forward | e2e | e2e_cpu_sampling | hf_generate | bench_*) tail -n 15 "$base.log" ;;
+      service) grep -E '^(ready in|service load:|  client:|  /metrics:|target|== |   )' "$base.log" | cut -c1-300 ;;
       profile) grep -A6 -E '^(prefill|decode-[0-9]+): ' "$base.log" ;;
       *) { grep -E '^FAIL' "$base.log" | head -10; tail -n 1 "$base.log"; } ;;
     esac
@@ -466,6 +470,7 @@ step_main() {
     hf_generate) PYTHONUNBUFFERED=1 gpu python3 scripts/device/hf_generate.py "$MODEL" "$STRATA_PLAN_BASE.json" ;;
     e2e | e2e_cpu_sampling) step_e2e "$name" ;;
     profile) step_profile ;;
+    service) step_service ;;
     bench_gemm | bench_quant | bench_sampling) gpu "$BIN/bench_cuda_${name#bench_}" "$STRATA_PLAN_BASE.json" ;;
     *) echo "no step $name" >&2; exit 2 ;;
   esac
@@ -569,6 +574,46 @@ step_e2e() {
   fi
   [ "$1" = e2e_cpu_sampling ] && args+=(--sampling cpu)
   gpu "$BIN/bench_cuda_e2e" "$MODEL" "$STRATA_PLAN_BASE.json" "${args[@]}"
+}
+
+# The inference backend as a service on this GPU, from the bundle that bundle-service.sh made
+# (Node 24, the bundled JavaScript, the addon with the CUDA backend; its sources must be the
+# carried tree's): first the engine alone (bench_cuda_e2e) on the service's workload, then
+# service-run.sh on the same model with the bundle's Llama 3 tokenizer: readiness after warmup,
+# STREAMS concurrent POST /v1/generate SSE streams, /metrics (KV usage, TTFT, ITL), the service
+# stopped, then the per-token HTTP latency benchmark at 256 streams on tinystories-656k.
+step_service() {
+  local hash arch streams=${STRATA_SERVICE_STREAMS:-64} prompt=${STRATA_SERVICE_PROMPT:-1024}
+  local output=${STRATA_SERVICE_OUTPUT:-128} latency=() rc
+  if [ ! -f "$SERVICE_BUNDLE/manifest.txt" ]; then
+    note "no service bundle in $SERVICE_BUNDLE: carry .device-service (scripts/device/bundle-service.sh)"
+    exit 77
+  fi
+  hash=$(service_source_hash)
+  if [ "$(manifest_field "$SERVICE_BUNDLE" sources)" != "$hash" ]; then
+    note "the service bundle is of other sources ($(manifest_field "$SERVICE_BUNDLE" sources), here $hash): run scripts/device/bundle-service.sh again"
+    exit 1
+  fi
+  arch=$(gpu_arch) || { echo "no compute capability from nvidia-smi"; exit 1; }
+  case " $(manifest_field "$SERVICE_BUNDLE" archs) " in
+    *" $arch "*) ;;
+    *) note "the service bundle's addon is for sm_$(manifest_field "$SERVICE_BUNDLE" archs), this GPU is sm_$arch"; exit 1 ;;
+  esac
+  echo "== the engine alone: bench_cuda_e2e, $streams x ($prompt + $output tokens)"
+  gpu "$BIN/bench_cuda_e2e" "$MODEL" "$STRATA_PLAN_BASE.engine.json" --requests "$streams" --prompt "$prompt" \
+    --output "$output" || note "the engine alone (bench_cuda_e2e) failed"
+  if [ -d "$MODELS/tinystories-656k" ]; then
+    latency=(--latency-model "$MODELS/tinystories-656k" --latency-streams "${STRATA_SERVICE_LATENCY_STREAMS:-256}")
+  else
+    latency=(--latency-streams 0)
+    note "no HTTP latency benchmark: no tinystories-656k in $MODELS"
+  fi
+  gpu bash scripts/device/service-run.sh --bundle "$SERVICE_BUNDLE" --backend cuda --model "$MODEL" \
+    --out "$STRATA_PLAN_BASE" --streams "$streams" --prompt "$prompt" --max-tokens "$output" \
+    --engine-json "$STRATA_PLAN_BASE.engine.json" --ready-timeout 150 "${latency[@]}"
+  rc=$?
+  [ -f "$STRATA_PLAN_BASE.summary" ] && note "$(cat "$STRATA_PLAN_BASE.summary")"
+  return $rc
 }
 
 # Nsight Compute over bench_cuda_forward, once per phase, only its one --profile step recorded:

@@ -16,16 +16,7 @@ arch=${1:-90}
 out=${STRATA_DEVICE_BIN:-.device-bin}
 export STRATA_CUDA_BUILD=${STRATA_PREBUILD_DIR:-/tmp/strata-prebuild}
 
-if [ -z "${STRATA_CUDA_HOME:-}" ] && [ -x .toolchain/cuda/nvidia/cu13/bin/nvcc ]; then
-  export STRATA_CUDA_HOME=$PWD/.toolchain/cuda/nvidia/cu13
-fi
-if [ -n "${STRATA_CUDA_HOME:-}" ]; then
-  nvcc_path=$STRATA_CUDA_HOME/bin/nvcc
-  cuda_home=$STRATA_CUDA_HOME
-else
-  find_gpu_toolkit || { echo "no nvcc: STRATA_CUDA=install bash scripts/strata setup puts one in .toolchain/cuda" >&2; exit 1; }
-fi
-release=$("$nvcc_path" --version | grep -o 'release [0-9.]*' | head -1)
+find_build_toolkit || exit 1
 hash=$(source_hash)
 echo "prebuild: sources $hash, sm_$arch, nvcc $release ($cuda_home), into $out"
 rm -rf "$STRATA_CUDA_BUILD"  # from scratch, so that the log has ptxas's report for every kernel

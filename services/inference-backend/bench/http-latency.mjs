@@ -11,8 +11,10 @@
 // event-loop delay p99 and the event loop's CPU per token.
 //   STRATA_MODELS_DIR=/path/to/models node bench/http-latency.mjs [--model DIR]
 //     [--concurrency 1,64,256] [--max-tokens 64] [--threads N] [--split] [--client node,native]
+//     [--backend cpu|cuda] [--out FILE]
 // --split also times each socket write, splitting the delivery into server and transport.
-// Build first (pnpm build). Prints a table and writes docs/benchmarks/http-latency.json.
+// Build first (pnpm build). Prints a table and writes docs/benchmarks/http-latency.json (--out:
+// another file). STRATA_SSE_CLIENT names a prebuilt sse-client (the GPU machine's bundle).
 // Target: <= 1 ms p99 added per token at 256 streams.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
@@ -23,8 +25,9 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
-import { pkg, repo } from './paths.mjs';
+import { repo } from './paths.mjs';
 import { buildSseClient, runSseClient } from './sse-client.mjs';
+import { sseJsonFrames } from './sse-frames.mjs';
 import { storyPrompt } from './story-prompts.mjs';
 
 const hrMs = () => Number(process.hrtime.bigint()) / 1e6;
@@ -47,21 +50,15 @@ function stream(agent, url, body, requestId) {
           return;
         }
         res.setEncoding('utf8');
-        let buffer = '';
         let done = false;
+        let now = 0;
+        const frames = sseJsonFrames((event) => {
+          if (event.type === 'token') times[event.index] = now;
+          else if (event.type === 'done') done = true;
+        });
         res.on('data', (chunk) => {
-          const now = hrMs();
-          buffer += chunk;
-          let end = buffer.indexOf('\n\n');
-          while (end >= 0) {
-            const frame = buffer.slice(0, end);
-            buffer = buffer.slice(end + 2);
-            end = buffer.indexOf('\n\n');
-            if (!frame.startsWith('data: ')) continue;
-            const event = JSON.parse(frame.slice(6));
-            if (event.type === 'token') times[event.index] = now;
-            else if (event.type === 'done') done = true;
-          }
+          now = hrMs();
+          frames(chunk);
         });
         res.on('end', () => resolve({ ok: done, status: 200, requestId, sent, times }));
         res.on('error', () => fail(200));
@@ -189,6 +186,8 @@ async function main() {
       threads: { type: 'string' },
       split: { type: 'boolean', default: false },
       client: { type: 'string', default: 'node,native' },
+      backend: { type: 'string', default: 'cpu' },
+      out: { type: 'string' },
     },
   });
   const clients = values.client.split(',');
@@ -199,20 +198,25 @@ async function main() {
     values.model ??
     (process.env.STRATA_MODELS_DIR && join(process.env.STRATA_MODELS_DIR, 'tinystories-656k'));
   if (!modelDir) throw new Error('pass --model DIR or set STRATA_MODELS_DIR');
+  if (values.backend !== 'cpu' && values.backend !== 'cuda')
+    throw new Error(`--backend: cpu or cuda, not ${values.backend}`);
   const levels = values.concurrency.split(',').map(Number);
   const maxTokens = Number(values['max-tokens']);
 
+  // Plain relative paths, so that scripts/device/bundle-service.sh can bundle this script with the
+  // backend (from its sources) for a machine without the workspace.
   const { createLogger, createMetrics, loadConfig, Readiness } = await import('@strata/common');
-  const { buildApp } = await import(join(pkg, 'dist/app.js'));
-  const { configEnv, configSchema } = await import(join(pkg, 'dist/config.js'));
-  const { ModelHost } = await import(join(pkg, 'dist/inference/model-host.js'));
-  const { loadNativeAddon } = await import(join(pkg, 'dist/native.js'));
+  const { buildApp } = await import('../dist/app.js');
+  const { configEnv, configSchema } = await import('../dist/config.js');
+  const { ModelHost } = await import('../dist/inference/model-host.js');
+  const { loadNativeAddon } = await import('../dist/native.js');
 
   const config = loadConfig({
     schema: configSchema,
     envMap: configEnv,
     env: {
       STRATA_MODEL_DIR: modelDir,
+      STRATA_ENGINE_BACKEND: values.backend,
       STRATA_KV_CACHE_BLOCKS: '4096',
       STRATA_MAX_NUM_SEQS: '256',
       STRATA_MAX_QUEUED: '256',
@@ -224,7 +228,7 @@ async function main() {
   // parsed). The hook costs a regex per write, so the headline runs go without it.
   const written = new Map();
   if (values.split) {
-    const { SseStream } = await import(join(pkg, 'dist/http/sse.js'));
+    const { SseStream } = await import('../dist/http/sse.js');
     const flush = SseStream.prototype.flush;
     SseStream.prototype.flush = function () {
       const at = hrMs();
@@ -401,7 +405,7 @@ async function main() {
         `delivery p99 ${verdict(r.delivery.p99)}`,
     );
   console.log(lines.join('\n'));
-  const out = join(repo, 'docs', 'benchmarks', 'http-latency.json');
+  const out = values.out ?? join(repo, 'docs', 'benchmarks', 'http-latency.json');
   mkdirSync(dirname(out), { recursive: true });
   writeFileSync(
     out,
@@ -411,6 +415,7 @@ async function main() {
         date: new Date().toISOString(),
         machine: { cpu: cpus()[0]?.model, cores: availableParallelism(), node: process.version },
         model: modelDir.split('/').at(-1),
+        backend: values.backend,
         max_tokens: maxTokens,
         engine_threads: engineThreads,
         units: 'ms',

@@ -8,8 +8,12 @@ import { fileURLToPath } from 'node:url';
 
 const source = join(dirname(fileURLToPath(import.meta.url)), 'sse-client.c');
 
-/** Compiles sse-client.c with $CC (default cc) once per source version; returns the binary. */
+/**
+ * Compiles sse-client.c with $CC (default cc) once per source version; returns the binary.
+ * STRATA_SSE_CLIENT names one built before (the service bundle's, for a machine without cc).
+ */
 export function buildSseClient() {
+  if (process.env.STRATA_SSE_CLIENT) return process.env.STRATA_SSE_CLIENT;
   const hash = createHash('sha256').update(readFileSync(source)).digest('hex').slice(0, 12);
   const binary = join(tmpdir(), `strata-sse-client-${hash}`);
   if (existsSync(binary)) return binary;

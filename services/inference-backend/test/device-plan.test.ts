@@ -4,7 +4,7 @@
 // the CUDA toolkit or PyTorch printed instead of run. Plus shellcheck over scripts/device/*.sh.
 // A device call is scarce (minutes per task, when a task gets one at all): the script must work
 // the first time it meets a GPU.
-import { type SpawnSyncReturns, spawn, spawnSync } from 'node:child_process';
+import { execFile, type SpawnSyncReturns, spawn, spawnSync } from 'node:child_process';
 import {
   chmodSync,
   copyFileSync,
@@ -19,6 +19,8 @@ import {
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { startBackend } from './support/backend.js';
+import { optionalModel } from './support/models.js';
 
 const repo = resolve(import.meta.dirname, '..', '..', '..');
 const plan = join(repo, 'scripts', 'device', 'gpu-plan.sh');
@@ -93,6 +95,7 @@ function sandbox(extra: Record<string, string> = {}) {
     STRATA_CUDA_BUILD: join(dir, 'build'),
     STRATA_DEVICE_BIN: join(dir, 'bin'),
     STRATA_MODELS_DIR: join(dir, 'models'),
+    STRATA_SERVICE_BUNDLE: join(dir, 'service'),
     PATH: `${join(dir, 'tools')}:${process.env.PATH}`,
     ...extra,
   });
@@ -261,10 +264,12 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
     const child = spawn('bash', [plan, '--dry-run'], { env: sb.env, detached: true, stdio: 'ignore' });
     const sid = child.pid as number;
     try {
-      // Wait until sampling hangs: its command printed into running.log.
+      // Wait until sampling hangs: its command printed into running.log (the build step's log
+      // names check_cuda_sampling too, as a target: not that line).
       const running = join(sb.out, 'running.log');
       const started = Date.now();
-      while (!(existsSync(running) && readFileSync(running, 'utf8').includes('check_cuda_sampling'))) {
+      const sampling = /^dry-run: \S+\/check_cuda_sampling\b/m;
+      while (!(existsSync(running) && sampling.test(readFileSync(running, 'utf8')))) {
         expect(Date.now() - started, 'the plan never reached sampling').toBeLessThan(20_000);
         await new Promise((done) => setTimeout(done, 100));
       }
@@ -489,6 +494,57 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
     expect(r.stdout).toMatch(/^decode-1: 6 kernels, 138 us of kernel time \(gemm 59 us, attention 40 us, /m);
   });
 
+  it('runs the service from its bundle when named: the engine alone on the same workload, then service-run.sh', () => {
+    const sb = sandbox();
+    const bundle = join(sb.dir, 'service');
+    mkdirSync(bundle);
+    const hash = spawnSync('bash', [plan, '--service-hash'], { encoding: 'utf8' }).stdout.trim();
+    expect(hash).toMatch(/^[0-9a-f]{16}$/);
+    const manifest = (sources: string, archs: string) =>
+      writeFileSync(
+        join(bundle, 'manifest.txt'),
+        `sources ${sources}\narchs ${archs}\nnvcc release 13.0\nnode v24.21.0\n`,
+      );
+
+    manifest(hash, '90');
+    const r = sb.run('--dry-run', 'service');
+    expect(r.status, r.stdout + r.stderr).toBe(0);
+    expect(sb.planJson().selected).toEqual(['machine', 'build', 'llama3', 'service']);
+    expect(sb.step('service')).toMatchObject({ status: 'ok', rc: 0, timeout_s: listedCaps().get('service') });
+    const log = sb.log('service');
+    const model = /llama3_random\.py (\S+)\.partial /.exec(sb.log('llama3'))?.[1] as string;
+    const base = join(sb.dir, 'work', 'results', '23-service');
+    // The engine alone first, on the workload the service gets: 64 requests of 1,024 + 128 tokens.
+    const engine = `dry-run: ${join(sb.dir, 'build', 'cuda')}/bench_cuda_e2e ${model} ${base}.engine.json --requests 64 --prompt 1024 --output 128\n`;
+    expect(log).toContain(engine);
+    // Then the service on the CUDA backend, from the bundle, and the HTTP latency benchmark at 256
+    // streams on tinystories-656k.
+    const service =
+      `dry-run: bash scripts/device/service-run.sh --bundle ${bundle} --backend cuda --model ${model} --out ${base} ` +
+      `--streams 64 --prompt 1024 --max-tokens 128 --engine-json ${base}.engine.json --ready-timeout 150 ` +
+      `--latency-model ${join(sb.dir, 'models', 'tinystories-656k')} --latency-streams 256\n`;
+    expect(log).toContain(service);
+    expect(log.indexOf(engine)).toBeLessThan(log.indexOf(service));
+
+    // A bundle of other sources, or for another arch, is refused; no bundle skips the step.
+    manifest('0123456789abcdef', '90');
+    expect(sb.run('--dry-run', 'service').status).toBe(1);
+    expect(sb.step('service')).toMatchObject({ status: 'failed', rc: 1 });
+    expect(sb.step('service').note).toMatch(
+      /^the service bundle is of other sources \(0123456789abcdef, here [0-9a-f]{16}\)/,
+    );
+    expect(sb.log('service')).not.toContain('service-run.sh');
+
+    manifest(hash, '80');
+    expect(sb.run('--dry-run', 'service').status).toBe(1);
+    expect(sb.step('service').note).toBe("the service bundle's addon is for sm_80, this GPU is sm_90");
+
+    rmSync(bundle, { recursive: true });
+    expect(sb.run('--dry-run', 'service').status).toBe(1);
+    expect(sb.step('service')).toMatchObject({ status: 'skipped', rc: 77 });
+    expect(sb.step('service').note).toMatch(/^no service bundle in \S+: carry \.device-service/);
+  });
+
   it('refuses a budget the device tool would cut, and unknown steps', () => {
     const sb = sandbox();
     for (const args of [
@@ -504,3 +560,85 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
     expect(existsSync(join(sb.out, 'plan.json'))).toBe(false);
   });
 });
+
+// The load client against the real backend on tinystories-656k (vocabulary 512): what it
+// reports must be what the backend did, by its own /metrics.
+const tiny = optionalModel('tinystories-656k');
+
+describe.skipIf(!tiny.path)(
+  `the service step's load client (scripts/device/service-load.mjs)${tiny.skipped}`,
+  () => {
+    const flags = (options: Record<string, string | number>) =>
+      Object.entries(options).flatMap(([name, value]) => [`--${name}`, String(value)]);
+    const load = (args: string[]) =>
+      new Promise<{ code: number; stdout: string; stderr: string }>((done) => {
+        execFile(
+          process.execPath,
+          [join(repo, 'scripts', 'device', 'service-load.mjs'), ...args],
+          { encoding: 'utf8', timeout: 60_000 },
+          (err, stdout, stderr) => done({ code: err ? Number(err.code ?? 1) : 0, stdout, stderr }),
+        );
+      });
+    const outDir = () => {
+      const dir = mkdtempSync(join(tmpdir(), 'strata-service-load-'));
+      sandboxes.push(dir);
+      return dir;
+    };
+
+    it('streams in waves and reports TTFT, ITL, tokens/s and the /metrics difference', async () => {
+      const backend = await startBackend({ STRATA_MODEL_DIR: tiny.path as string, STRATA_WARMUP: 'false' });
+      try {
+        const out = join(outDir(), 'load.json');
+        const r = await load(
+          flags({ url: backend.url, out, streams: 3, requests: 6, prompt: 16, 'max-tokens': 12, vocab: 512 }),
+        );
+        expect(r.code, r.stdout + r.stderr).toBe(0);
+        const report = JSON.parse(readFileSync(out, 'utf8'));
+        expect(report).toMatchObject({ completed: 6, failed: 0, output_tokens: 6 * 12 });
+        expect(report.workload).toMatchObject({ streams: 3, requests: 6, prompt_tokens: 16, max_tokens: 12 });
+        expect(report.client.itl_ms.samples).toBe(6 * 11);
+        // tinystories-656k is fast: tokens of one step can reach the client in one read (ITL 0).
+        expect(report.client.ttft_ms.p50).toBeGreaterThan(0);
+        for (const q of [report.client.ttft_ms, report.client.itl_ms])
+          expect(q.p99).toBeGreaterThanOrEqual(q.p50);
+        expect(report.output_tokens_per_s).toBeGreaterThan(0);
+        // The backend's own counters moved by exactly this run's requests and tokens.
+        expect(report.server_metrics.ttft.count).toBe(6);
+        expect(report.server_metrics.generation_tokens).toBe(6 * 12);
+        expect(report.server_metrics.prompt_tokens).toBe(6 * 16);
+        expect(report.server_metrics.ttft.p50_ms).toBeGreaterThan(0);
+        expect(report.server_metrics.running_peak).toBeLessThanOrEqual(3);
+        expect(report.server_metrics.kv_cache_usage_peak).toBeLessThanOrEqual(1);
+        expect(r.stdout).toMatch(
+          /^service load: 6 requests, 3 concurrent streams, 16 prompt \+ 12 output tokens each: 6 completed, 0 failed/m,
+        );
+      } finally {
+        await backend.close();
+      }
+    });
+
+    it('counts a refused stream as failed and exits 1', async () => {
+      // One running and none queued: the second of two concurrent streams is refused while the
+      // first runs (400 tokens).
+      const backend = await startBackend({
+        STRATA_MODEL_DIR: tiny.path as string,
+        STRATA_WARMUP: 'false',
+        STRATA_MAX_NUM_SEQS: '1',
+        STRATA_MAX_QUEUED: '0',
+      });
+      try {
+        const out = join(outDir(), 'load.json');
+        const r = await load(
+          flags({ url: backend.url, out, streams: 2, prompt: 8, 'max-tokens': 400, vocab: 512 }),
+        );
+        expect(r.code).toBe(1);
+        const report = JSON.parse(readFileSync(out, 'utf8'));
+        expect(report).toMatchObject({ completed: 1, failed: 1 });
+        expect(report.failures[0]).toMatchObject({ status: 429, tokens: 0 });
+        expect(r.stdout).toMatch(/STRATA_\w+/);
+      } finally {
+        await backend.close();
+      }
+    });
+  },
+);
