@@ -1,6 +1,6 @@
 // pino JSON lines for Loki: ISO timestamps, a textual level, the service name on every line,
 // and request_id / trace_id bound on request-scoped children.
-import { type DestinationStream, type Logger, pino, stdTimeFunctions } from 'pino';
+import { type DestinationStream, type Logger, pino } from 'pino';
 
 export type { Logger } from 'pino';
 
@@ -27,12 +27,29 @@ function stdoutDestination(): DestinationStream {
   return process.stdout;
 }
 
+let stampedMs = Number.NaN;
+let stamp = '';
+
+/**
+ * pino's isoTime, made once per millisecond: a busy hop writes several lines a millisecond, and
+ * formatting the date was about 1.5% of the edge's CPU per request (a profile of its hop
+ * benchmark). The same text as stdTimeFunctions.isoTime.
+ */
+export function isoTime(): string {
+  const now = Date.now();
+  if (now !== stampedMs) {
+    stampedMs = now;
+    stamp = `,"time":"${new Date(now).toISOString()}"`;
+  }
+  return stamp;
+}
+
 export function createLogger(options: LoggerOptions): Logger {
   return pino(
     {
       level: options.level ?? 'info',
       base: { service: options.service },
-      timestamp: stdTimeFunctions.isoTime,
+      timestamp: isoTime,
       formatters: { level: (label) => ({ level: label }) },
     },
     options.destination ?? stdoutDestination(),

@@ -1,6 +1,7 @@
 import { Writable } from 'node:stream';
-import { describe, expect, it } from 'vitest';
-import { createLogger, requestLogger } from '../src/logger.js';
+import { stdTimeFunctions } from 'pino';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { createLogger, isoTime, requestLogger } from '../src/logger.js';
 
 function capture(): { stream: Writable; lines: () => Record<string, unknown>[] } {
   const chunks: string[] = [];
@@ -20,6 +21,23 @@ function capture(): { stream: Writable; lines: () => Record<string, unknown>[] }
 }
 
 describe('logger', () => {
+  afterEach(() => vi.useRealTimers());
+
+  it("stamps each line with pino's ISO time, formatted once per millisecond", () => {
+    vi.useFakeTimers();
+    for (const at of ['2026-11-26T06:15:00.123Z', '2026-11-26T06:15:00.124Z', '2027-01-01T00:00:00.000Z']) {
+      vi.setSystemTime(new Date(at));
+      expect(isoTime()).toBe(stdTimeFunctions.isoTime());
+      expect(isoTime()).toBe(`,"time":"${at}"`);
+    }
+    const { stream, lines } = capture();
+    const logger = createLogger({ service: 's', destination: stream });
+    logger.info('a');
+    vi.advanceTimersByTime(5);
+    logger.info('b');
+    expect(lines().map((l) => l.time)).toEqual(['2027-01-01T00:00:00.000Z', '2027-01-01T00:00:00.005Z']);
+  });
+
   it('writes JSON lines with service, textual level and ISO time', () => {
     const { stream, lines } = capture();
     createLogger({ service: 'router-service', destination: stream }).info({ backend: 'b1' }, 'picked');
