@@ -141,7 +141,7 @@ if (load)
       `ITL p50 ${load.client.itl_ms.p50?.toFixed(1)} p99 ${load.client.itl_ms.p99?.toFixed(1)} ms, ${f(load.output_tokens_per_s)} tok/s, ` +
       `KV peak ${load.server_metrics.kv_cache_usage_peak === null ? '-' : (100 * load.server_metrics.kv_cache_usage_peak).toFixed(1)}%`,
   );
-if (engine) parts.push(`engine alone: TTFT p50 ${f(engine.ttft_ms?.p50)} p99 ${f(engine.ttft_ms?.p99)} ms, ${f(engine.output_tokens_per_s)} tok/s`);
+if (engine) parts.push(`engine alone: TTFT p50 ${f(engine.ttft_ms?.p50)} p99 ${f(engine.ttft_ms?.p99)} ms, ITL p50 ${engine.itl_ms?.p50?.toFixed(1)} p99 ${engine.itl_ms?.p99?.toFixed(1)} ms, ${f(engine.output_tokens_per_s)} tok/s`);
 if (latency) {
   const top = latency.rows.filter((r) => r.concurrency === Math.max(...latency.rows.map((x) => x.concurrency)));
   for (const r of top) parts.push(`http-latency ${r.concurrency} ${r.client}: added/token p99 ${r.itl_added_per_token.p99.toFixed(2)} ms`);

@@ -1,7 +1,8 @@
 // End to end on the CUDA backend: N requests of P random prompt tokens and O output tokens
 // (greedy, no early stop) submitted at once to the engine (scheduler, block manager, sampler)
 // and stepped to completion, as vLLM's offline throughput benchmark does. Reports output and
-// total tokens per second and TTFT p50/p99 (from submission, queueing included), next to
+// total tokens per second, TTFT p50/p99 (from submission, queueing included) and ITL p50/p99
+// (the gaps between a request's tokens, as the engine hands them over), next to
 // transformers' generate() when its timing is given (scripts/device/hf_generate.py, same GPU).
 // --sampling cpu samples with the core's CPU Sampler from logits copied to the host, for the
 // side-by-side with the default, sampling on the GPU.
@@ -94,7 +95,8 @@ int run(int argc, char** argv) {
   Engine engine(backend, config);
 
   const int32_t vocab = backend.config().vocab_size;
-  std::unordered_map<uint64_t, double> first_token_ms;
+  std::unordered_map<uint64_t, double> first_token_ms, last_token_ms;
+  std::vector<double> itl;  // each request's gaps between consecutive tokens (ms)
   const Clock::time_point start = Clock::now();
   for (int32_t i = 0; i < requests; ++i) {
     Request r;
@@ -114,6 +116,11 @@ int run(int argc, char** argv) {
     for (const TokenEvent& e : out.tokens) {
       ++output_tokens;
       first_token_ms.try_emplace(e.request_id, at);
+      auto [last, first] = last_token_ms.try_emplace(e.request_id, at);
+      if (!first) {
+        itl.push_back(at - last->second);
+        last->second = at;
+      }
     }
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -139,15 +146,18 @@ int run(int argc, char** argv) {
         << ",\"prompt_tokens\":" << prompt << ",\"output_tokens\":" << output << ",\"seconds\":" << seconds
         << ",\"steps\":" << steps << ",\"output_tokens_per_s\":" << out_per_s << ",\"total_tokens_per_s\":" << total_per_s
         << ",\"ttft_ms\":{\"p50\":" << percentile(ttft, 0.5) << ",\"p99\":" << percentile(ttft, 0.99) << "}"
+        << ",\"itl_ms\":{\"p50\":" << percentile(itl, 0.5) << ",\"p99\":" << percentile(itl, 0.99) << "}"
         << ",\"graph_steps\":" << backend.graph_steps() << ",\"eager_steps\":" << backend.eager_steps()
         << ",\"transformers\":{\"seconds\":" << hf_seconds << ",\"output_tokens_per_s\":" << hf_per_s << "}"
         << ",\"speedup\":" << (hf_per_s > 0.0 ? out_per_s / hf_per_s : 0.0) << "}\n";
   }
   std::printf("\n%d requests x (%d prompt + %d output tokens), bf16, sampling on the %s, on %s\n", requests, prompt,
               output, sampling == "gpu" ? "GPU" : "CPU", backend.device_name().c_str());
-  std::printf("strata:       %.1f s, %.0f output tok/s, %.0f total tok/s, TTFT p50 %.0f ms p99 %.0f ms, %lld steps\n",
-              seconds, out_per_s, total_per_s, percentile(ttft, 0.5), percentile(ttft, 0.99),
-              static_cast<long long>(steps));
+  std::printf(
+      "strata:       %.1f s, %.0f output tok/s, %.0f total tok/s, TTFT p50 %.0f ms p99 %.0f ms, ITL p50 %.1f ms p99 %.1f "
+      "ms, %lld steps\n",
+      seconds, out_per_s, total_per_s, percentile(ttft, 0.5), percentile(ttft, 0.99), percentile(itl, 0.5),
+      percentile(itl, 0.99), static_cast<long long>(steps));
   if (hf_per_s > 0.0) {
     std::printf("transformers: %.1f s, %.0f output tok/s (generate, static batches)\n", hf_seconds, hf_per_s);
     std::printf("speedup: %.2fx (target >= 5x)\n", out_per_s / hf_per_s);
