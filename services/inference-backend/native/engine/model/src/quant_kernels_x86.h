@@ -92,33 +92,23 @@ inline __m128 halves_to_floats(const uint8_t* p, int n) {
 
 inline float half_to_float(const uint8_t* p) { return _mm_cvtss_f32(halves_to_floats(p, 1)); }
 
+// A weight block's lanes and scales. 4-bit: the 16 packed bytes in both halves, the upper half
+// shifted right by 4 (one variable shift), then masked: low nibbles, then high nibbles. Q4_1's
+// d and m are widened with one conversion.
 template <QuantType T>
-constexpr int64_t block_bytes() {
-  return T == QuantType::Q8_0 ? 34 : T == QuantType::Q4_0 ? 18 : 20;
-}
-
-// A weight block's 32 int8 lanes. 4-bit: the 16 packed bytes in both halves, the upper half
-// shifted right by 4 (one variable shift), then masked: low nibbles, then high nibbles.
-template <QuantType T>
-inline __m256i load_quants(const uint8_t* block) {
+inline WeightBlock load_weights(const uint8_t* block) {
   if constexpr (T == QuantType::Q8_0) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+    return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2)), half_to_float(block), 0.0f};
   } else {
     constexpr int kHeader = T == QuantType::Q4_0 ? 2 : 4;
     const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + kHeader)));
-    __m256i nibbles = _mm256_and_si256(_mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
-    if constexpr (T == QuantType::Q4_0) nibbles = _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
-    return nibbles;
-  }
-}
-
-template <QuantType T>
-inline WeightBlock load_weights(const uint8_t* block) {
-  if constexpr (T == QuantType::Q4_1) {
-    const __m128 dm = halves_to_floats(block, 2);  // d, then m
-    return {load_quants<T>(block), _mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm))};
-  } else {
-    return {load_quants<T>(block), half_to_float(block), 0.0f};
+    const __m256i nibbles = _mm256_and_si256(_mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
+    if constexpr (T == QuantType::Q4_0) {
+      return {_mm256_sub_epi8(nibbles, _mm256_set1_epi8(8)), half_to_float(block), 0.0f};
+    } else {
+      const __m128 dm = halves_to_floats(block, 2);  // d, then m
+      return {nibbles, _mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm))};
+    }
   }
 }
 
@@ -136,19 +126,6 @@ inline __m256 dot_lanes(__m256i w, __m256i a) {
 #endif
 }
 
-// Output row i, columns j0..j0+NR: each lane sum (plus Q4_1's mins), bias, accumulate.
-template <QuantType T, int NR>
-inline void store_row(const QuantGemmArgs& g, int64_t i, int64_t j0, const __m256* acc, const float* mins) {
-  float* c = g.c + i * g.ldc + j0;
-#pragma GCC unroll 8
-  for (int j = 0; j < NR; ++j) {
-    float sum = hsum(acc[j]);
-    if constexpr (T == QuantType::Q4_1) sum = sum + mins[j];
-    if (g.bias != nullptr) sum += g.bias[j0 + j];
-    c[j] = g.accumulate ? c[j] + sum : sum;
-  }
-}
-
 // How far ahead of its reads a one-row tile asks for each weight row's bytes. A decode step
 // streams every weight once, each tile's rows from memory as it reaches them: the hardware
 // prefetcher alone kept one core at ~8 GB/s of the ~20 it can read, and the blocks' loads were
@@ -159,7 +136,7 @@ constexpr int64_t kPrefetchAhead = 4096;
 // MR activation rows x NR weight rows, every block of k.
 template <QuantType T, int MR, int NR>
 void tile(const QuantGemmArgs& g, const ActBlock* acts, int64_t nb, int64_t i0, int64_t j0) {
-  constexpr int64_t kBlockBytes = block_bytes<T>();
+  constexpr int64_t kBlockBytes = T == QuantType::Q8_0 ? 34 : T == QuantType::Q4_0 ? 18 : 20;
   __m256 acc[MR][NR];
   float mins[MR][NR];
 #pragma GCC unroll 8
@@ -193,7 +170,16 @@ void tile(const QuantGemmArgs& g, const ActBlock* acts, int64_t nb, int64_t i0, 
     }
   }
 #pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) store_row<T, NR>(g, i0 + i, j0, acc[i], mins[i]);
+  for (int i = 0; i < MR; ++i) {
+    float* c = g.c + (i0 + i) * g.ldc + j0;
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      float sum = hsum(acc[i][j]);
+      if constexpr (T == QuantType::Q4_1) sum = sum + mins[i][j];
+      if (g.bias != nullptr) sum += g.bias[j0 + j];
+      c[j] = g.accumulate ? c[j] + sum : sum;
+    }
+  }
 }
 
 // One activation row (decode) takes 4 weight rows at a time, for independent chains; more rows
