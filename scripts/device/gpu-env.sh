@@ -121,7 +121,7 @@ service_paths=(services/inference-backend/src services/inference-backend/native/
   services/inference-backend/CMakeLists.txt services/inference-backend/package.json
   services/inference-backend/bench/http-latency.mjs services/inference-backend/bench/paths.mjs
   services/inference-backend/bench/sse-client.mjs services/inference-backend/bench/sse-client.c
-  services/inference-backend/bench/sse-frames.mjs
+  services/inference-backend/bench/sse-frames.mjs services/inference-backend/bench/percentile.mjs
   services/inference-backend/bench/story-prompts.mjs services/common/src services/common/package.json
   pnpm-lock.yaml scripts/device/bundle-service.sh scripts/device/bundle-service.mjs
   scripts/device/llama3-tokenizer.mjs)

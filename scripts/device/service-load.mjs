@@ -18,6 +18,7 @@
 import { writeFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { parseArgs } from 'node:util';
+import { percentile } from '../../services/inference-backend/bench/percentile.mjs';
 import { sseJsonFrames } from '../../services/inference-backend/bench/sse-frames.mjs';
 
 const { values } = parseArgs({
@@ -136,12 +137,9 @@ function histogramDelta(before, after, name) {
 }
 
 // ---- the load
-function pct(values, p) {
-  if (values.length === 0) return null;
-  const sorted = Float64Array.from(values).sort();
-  return round(sorted[Math.min(sorted.length, Math.max(1, Math.ceil((p / 100) * sorted.length))) - 1]);
-}
 const round = (x) => Math.round(x * 1000) / 1000;
+// Rounded to the µs; null (not NaN, which JSON cannot hold) when there are none.
+const pct = (values, p) => (values.length === 0 ? null : round(percentile(values, p)));
 
 // A fixed generator, so every run sends the same prompts (xorshift32).
 let state = Number(values.seed) >>> 0 || 1;

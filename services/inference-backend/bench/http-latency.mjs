@@ -26,6 +26,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { repo } from './paths.mjs';
+import { percentile as pct } from './percentile.mjs';
 import { buildSseClient, runSseClient } from './sse-client.mjs';
 import { sseJsonFrames } from './sse-frames.mjs';
 import { storyPrompt } from './story-prompts.mjs';
@@ -123,12 +124,6 @@ if (!isMainThread) {
 }
 
 // ---------------------------------------------------------------- server + report
-function pct(values, p) {
-  if (values.length === 0) return Number.NaN;
-  const sorted = Float64Array.from(values).sort();
-  return sorted[Math.min(sorted.length, Math.max(1, Math.ceil((p / 100) * sorted.length))) - 1];
-}
-
 /**
  * The least a Node event loop can spend on one token for one stream: a bare net.Socket write of
  * a token-sized SSE frame (no HTTP, no JSON, no engine), to `sockets` readers in a worker thread,
