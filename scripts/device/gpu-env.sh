@@ -176,8 +176,7 @@ prebuilt_usable() {
   esac
   rm -rf "$bin"
   mkdir -p "$bin"
-  if ! tar -xJf "$dir/programs.tar.xz" -C "$bin" 2> /dev/null &&
-    ! python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$dir/programs.tar.xz" "$bin"; then
+  if ! untar_xz "$dir/programs.tar.xz" "$bin"; then
     echo "prebuilt programs: cannot unpack $dir/programs.tar.xz"
     return 1
   fi
@@ -204,6 +203,13 @@ prebuilt_usable() {
   fi
   echo "prebuilt check_cuda_hf_logits does not start here (exit $rc)"
   return 1
+}
+
+# Unpacks a .tar.xz into a folder: tar with xz, else Python's lzma (the GPU machine may have no
+# xz). Arguments: the archive, the folder.
+untar_xz() {
+  tar -xJf "$1" -C "$2" 2> /dev/null ||
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$1" "$2"
 }
 
 manifest_field() {  # dir, field: the rest of the manifest line that starts with the field

@@ -24,6 +24,8 @@
 #     [--port 18080] [--work DIR]   (also STRATA_* service settings from the environment)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=scripts/device/gpu-env.sh
+source "$here/gpu-env.sh"
 bundle="" backend="" model="" out="" streams=64 requests="" prompt=1024 max_tokens=128 ready_timeout=300
 latency_model="" latency_streams=256 latency_backend=cpu engine_json="" port=18080
 work=${STRATA_SERVICE_WORK:-/tmp/strata-service}
@@ -75,8 +77,7 @@ else
     echo "cannot unpack $bundle/node.xz" >&2
     exit 1
   fi
-  if ! tar -xJf "$bundle/service.tar.xz" -C "$work" 2> /dev/null &&
-    ! python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$bundle/service.tar.xz" "$work"; then
+  if ! untar_xz "$bundle/service.tar.xz" "$work"; then
     echo "cannot unpack $bundle/service.tar.xz" >&2
     exit 1
   fi
