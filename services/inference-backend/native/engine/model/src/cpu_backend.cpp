@@ -42,11 +42,11 @@ void return_freed_heap() {
 }
 
 // A weight matrix (n, k) as the step multiplies it: fp32 panels, or block-quantized rows
-// (GGUF) that the quantized GEMM reads as they are. A quantized matrix is shared, so a tied
-// output projection and the embedding table are one copy.
+// (GGUF) repacked into the quantized GEMM's panels, the same bytes rearranged. A tied output
+// projection's panels also serve the embedding gather, so the table is one copy.
 struct Linear {
   PackedWeights f32;
-  std::shared_ptr<const QuantMatrix> quant;  // set: quantized
+  std::shared_ptr<const QuantPanels> quant;  // set: quantized
 
   int64_t n() const { return quant ? quant->rows : f32.n; }
   int64_t k() const { return quant ? quant->cols : f32.k; }
@@ -107,16 +107,16 @@ Linear fuse(ModelWeights& weights, std::initializer_list<Part> parts, int64_t k)
   }
   Linear out;
   if (quantized == parts.size() && same_type) {
-    auto fused = std::make_shared<QuantMatrix>();
-    fused->type = first->type;
-    fused->cols = k;
+    QuantMatrix fused;
+    fused.type = first->type;
+    fused.cols = k;
     for (const Part& part : parts) {
       auto it = weights.quantized.find(part.name);
-      fused->rows += it->second.rows;
-      fused->data.insert(fused->data.end(), it->second.data.begin(), it->second.data.end());
+      fused.rows += it->second.rows;
+      fused.data.insert(fused.data.end(), it->second.data.begin(), it->second.data.end());
       weights.quantized.erase(it);
     }
-    out.quant = std::move(fused);
+    out.quant = std::make_shared<const QuantPanels>(pack_panels(fused));
     return out;
   }
   for (const Part& part : parts) {  // fp32, widening the quantized parts
@@ -184,7 +184,8 @@ struct CpuBackend::Impl {
   ModelConfig config;
   std::string weights_format;      // describe_weights()
   std::vector<float> embed;        // (vocab, hidden) row-major, for the token gather; or empty and
-  std::shared_ptr<const QuantMatrix> embed_quant;  // the table kept quantized (rows dequantized on gather)
+  std::unique_ptr<const QuantMatrix> embed_quant;  // the table kept quantized (rows dequantized on gather)
+  std::shared_ptr<const QuantPanels> embed_panels;  // or, tied, the lm_head's panels serve the gather
   Linear lm_head;                  // (vocab, hidden): lm_head.weight, or the embedding when tied
   std::vector<float> final_norm;   // (hidden)
   std::vector<CpuLayer> layers;
@@ -223,14 +224,18 @@ struct CpuBackend::Impl {
     qkv_dim = q_dim + 2 * kv_dim;
     const int64_t hidden = config.hidden_size;
     if (auto it = weights.quantized.find(kEmbedName); it != weights.quantized.end()) {
-      embed_quant = std::make_shared<const QuantMatrix>(std::move(it->second));
+      if (config.tie_word_embeddings) {
+        embed_panels = std::make_shared<const QuantPanels>(pack_panels(it->second));
+        lm_head.quant = embed_panels;
+      } else {
+        embed_quant = std::make_unique<const QuantMatrix>(std::move(it->second));
+      }
       weights.quantized.erase(it);
     } else {
       embed = std::move(weights.embed_tokens);
     }
     if (config.tie_word_embeddings) {
-      if (embed_quant) lm_head.quant = embed_quant;
-      else lm_head.f32 = PackedWeights::pack(embed.data(), config.vocab_size, hidden);
+      if (!embed_panels) lm_head.f32 = PackedWeights::pack(embed.data(), config.vocab_size, hidden);
     } else {
       lm_head = fuse(weights, {{kLmHeadName, &weights.lm_head}}, hidden);
     }
@@ -446,7 +451,9 @@ struct CpuBackend::Impl {
     for (const SeqSlice& seq : batch.seqs) {
       for (int32_t i = 0; i < seq.n_tokens; ++i, ++row) {
         float* dst = x.data() + row * hidden;
-        if (embed_quant) {
+        if (embed_panels) {
+          dequantize_panel_row(*embed_panels, seq.tokens[i], dst);
+        } else if (embed_quant) {
           dequantize_row(embed_quant->type, embed_quant->row(seq.tokens[i]), hidden, dst);
         } else {
           const float* src = embed.data() + int64_t{seq.tokens[i]} * hidden;

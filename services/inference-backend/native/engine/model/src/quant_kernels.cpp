@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string_view>
 
 #include "strata/float_convert.h"
@@ -33,72 +34,119 @@ void quantize_portable(const float* a, int64_t lda, int64_t k, bool q8_1, int64_
       }
       out.d = fp16_round(d);
       out.s = q8_1 ? fp16_round(d * static_cast<float>(sum)) : 0.0f;
+      out.sum = sum;
     }
   }
 }
 
-// The 32 weight values of block b of a row, as the integers the dot product multiplies
-// (Q4_0: q - 8; Q4_1: q; Q8_0: q), and its scale and minimum.
-void weight_block(QuantType type, const uint8_t* row, int64_t b, int32_t* w, float* d, float* m) {
-  if (type == QuantType::Q8_0) {
-    BlockQ8_0 block;
-    std::memcpy(&block, row + b * sizeof block, sizeof block);
-    for (int j = 0; j < kQuantBlock; ++j) w[j] = block.qs[j];
-    *d = f16_to_f32(block.d);
-    *m = 0.0f;
+// Block b of panel row r: its 32 values as the integers the dot product multiplies (Q4_0:
+// q - 8; Q4_1: q; Q8_0: q), its scale and its minimum (Q4_1; else 0).
+void panel_block(const QuantPanels& w, const uint8_t* panel, int64_t b, int64_t r, int32_t* values, float* d, float* m) {
+  const uint8_t* block = panel + b * w.panel_block_bytes();
+  uint16_t h = 0;
+  std::memcpy(&h, block + 2 * r, 2);
+  *d = f16_to_f32(h);
+  *m = 0.0f;
+  if (w.type == QuantType::Q4_1) {
+    std::memcpy(&h, block + 2 * (kPanelRows + r), 2);
+    *m = f16_to_f32(h);
+  }
+  const uint8_t* chunks = block + w.scale_bytes();
+  if (w.type == QuantType::Q8_0) {
+    for (int c = 0; c < 8; ++c)
+      for (int t = 0; t < 4; ++t) values[4 * c + t] = int32_t{chunks[64 * c + 4 * r + t]} - 128;
     return;
   }
-  const int offset = type == QuantType::Q4_0 ? 8 : 0;
-  uint16_t dm[2] = {0, 0};
-  const uint8_t* qs;
-  if (type == QuantType::Q4_0) {
-    std::memcpy(dm, row + b * sizeof(BlockQ4_0), 2);
-    qs = row + b * sizeof(BlockQ4_0) + 2;
-  } else {
-    std::memcpy(dm, row + b * sizeof(BlockQ4_1), 4);
-    qs = row + b * sizeof(BlockQ4_1) + 4;
-  }
-  for (int j = 0; j < kQuantBlock / 2; ++j) {
-    w[j] = (qs[j] & 15) - offset;
-    w[j + 16] = (qs[j] >> 4) - offset;
-  }
-  *d = f16_to_f32(dm[0]);
-  *m = f16_to_f32(dm[1]);
+  const int32_t offset = w.type == QuantType::Q4_0 ? 8 : 0;
+  for (int c = 0; c < 4; ++c)
+    for (int t = 0; t < 4; ++t) {
+      const uint8_t byte = chunks[64 * c + 4 * r + t];
+      values[4 * c + t] = (byte & 15) - offset;
+      values[16 + 4 * c + t] = (byte >> 4) - offset;
+    }
 }
 
-void gemm_portable(const QuantGemmArgs& g, const ActBlock* acts, int64_t n_begin, int64_t n_end) {
-  const QuantMatrix& w = *g.w;
-  const int64_t nb = w.cols / kQuantBlock;
-  const bool with_min = w.type == QuantType::Q4_1;
+void gemm_portable(const QuantGemmArgs& g, const ActBlock* acts, int64_t p_begin, int64_t p_end) {
+  const QuantPanels& w = *g.w;
+  const int64_t nb = w.blocks();
   int32_t values[kQuantBlock];
-  for (int64_t j = n_begin; j < n_end; ++j) {
-    const uint8_t* row = w.row(j);
-    for (int64_t i = 0; i < g.m; ++i) {
-      float lane[8] = {};
-      float mins = 0.0f;
-      for (int64_t b = 0; b < nb; ++b) {
-        float d, m;
-        weight_block(w.type, row, b, values, &d, &m);
-        const ActBlock& a = acts[i * nb + b];
-        const float scale = d * a.d;
-        for (int l = 0; l < 8; ++l) {
-          int32_t sum = 0;
-          for (int e = 4 * l; e < 4 * l + 4; ++e) sum += values[e] * a.qs[e];
-          lane[l] = std::fma(scale, static_cast<float>(sum), lane[l]);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const uint8_t* panel = w.panel(p);
+    for (int64_t r = 0; r < kPanelRows && p * kPanelRows + r < w.rows; ++r) {
+      const int64_t j = p * kPanelRows + r;
+      for (int64_t i = 0; i < g.m; ++i) {
+        float acc = 0.0f;
+        for (int64_t b = 0; b < nb; ++b) {
+          float d, m;
+          panel_block(w, panel, b, r, values, &d, &m);
+          const ActBlock& a = acts[i * nb + b];
+          int32_t dot = 0;
+          for (int e = 0; e < kQuantBlock; ++e) dot += values[e] * a.qs[e];
+          acc = std::fma(d * a.d, static_cast<float>(dot), acc);
+          if (w.type == QuantType::Q4_1) acc = std::fma(m, a.s, acc);
         }
-        if (with_min) mins = std::fma(m, a.s, mins);
+        float sum = acc;
+        if (g.bias != nullptr) sum += g.bias[j];
+        float* c = g.c + i * g.ldc + j;
+        *c = g.accumulate ? *c + sum : sum;
       }
-      const float t0 = lane[4] + lane[0], t1 = lane[5] + lane[1], t2 = lane[6] + lane[2], t3 = lane[7] + lane[3];
-      float sum = (t0 + t2) + (t1 + t3);
-      if (with_min) sum = sum + mins;
-      if (g.bias != nullptr) sum += g.bias[j];
-      float* c = g.c + i * g.ldc + j;
-      *c = g.accumulate ? *c + sum : sum;
     }
   }
+}
+
+std::shared_ptr<uint8_t> aligned_bytes(int64_t bytes) {
+  const size_t size = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, size));
+  if (p == nullptr) throw std::bad_alloc();
+  return std::shared_ptr<uint8_t>(p, [](uint8_t* q) { std::free(q); });
 }
 
 }  // namespace
+
+QuantPanels pack_panels(const QuantMatrix& m) {
+  QuantPanels out;
+  out.type = m.type;
+  out.rows = m.rows;
+  out.cols = m.cols;
+  const int64_t bytes = out.bytes();
+  std::shared_ptr<uint8_t> dst_bytes = aligned_bytes(bytes);
+  std::memset(dst_bytes.get(), 0, static_cast<size_t>(bytes));  // padding rows: zero scales and values
+  const int64_t nb = out.blocks(), block_bytes = quant_block_bytes(m.type);
+  const int64_t header = m.type == QuantType::Q4_1 ? 4 : 2;
+  for (int64_t j = 0; j < m.rows; ++j) {
+    const int64_t r = j % kPanelRows;
+    uint8_t* panel = dst_bytes.get() + j / kPanelRows * out.panel_bytes();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* src = m.row(j) + b * block_bytes;
+      uint8_t* dst = panel + b * out.panel_block_bytes();
+      std::memcpy(dst + 2 * r, src, 2);  // d
+      if (m.type == QuantType::Q4_1) std::memcpy(dst + 2 * (kPanelRows + r), src + 2, 2);  // m
+      uint8_t* chunks = dst + out.scale_bytes();
+      const int64_t n_chunks = m.type == QuantType::Q8_0 ? 8 : 4;
+      for (int64_t c = 0; c < n_chunks; ++c)
+        for (int64_t t = 0; t < 4; ++t) {
+          const uint8_t byte = src[header + 4 * c + t];
+          chunks[64 * c + 4 * r + t] = m.type == QuantType::Q8_0 ? static_cast<uint8_t>(byte ^ 0x80) : byte;
+        }
+    }
+  }
+  out.data = std::move(dst_bytes);
+  return out;
+}
+
+void dequantize_panel_row(const QuantPanels& m, int64_t r, float* out) {
+  const uint8_t* panel = m.panel(r / kPanelRows);
+  int32_t values[kQuantBlock];
+  for (int64_t b = 0; b < m.blocks(); ++b) {
+    float d, mn;
+    panel_block(m, panel, b, r % kPanelRows, values, &d, &mn);
+    // As dequantize_row: d * q (+ m) in fp32, Q4_0's q - 8 an exact integer.
+    for (int e = 0; e < kQuantBlock; ++e) {
+      const float v = d * static_cast<float>(values[e]);
+      out[b * kQuantBlock + e] = m.type == QuantType::Q4_1 ? v + mn : v;
+    }
+  }
+}
 
 const QuantKernels& portable_quant_kernels() {
   static const QuantKernels kernels{"portable", &quantize_portable, &gemm_portable};
@@ -141,9 +189,9 @@ std::vector<const QuantKernels*> runnable_quant_kernels() {
 }
 
 void parallel_quant_gemm(ThreadPool& pool, const QuantKernels& kernels, const QuantGemmArgs& args, QuantScratch& scratch) {
-  const QuantMatrix& w = *args.w;
+  const QuantPanels& w = *args.w;
   if (args.m <= 0 || w.rows == 0) return;
-  const int64_t nb = w.cols / kQuantBlock;
+  const int64_t nb = w.blocks();
   const size_t needed = static_cast<size_t>(args.m * nb);
   if (scratch.acts.size() < needed) scratch.acts.resize(needed);
   ActBlock* acts = scratch.acts.data();
@@ -158,17 +206,16 @@ void parallel_quant_gemm(ThreadPool& pool, const QuantKernels& kernels, const Qu
   } else {
     kernels.quantize(args.a, args.lda, w.cols, q8_1, 0, args.m, acts);
   }
-  // Weight rows in chunks of 8 (a multiple of every tile width), a few chunks per thread.
-  constexpr int64_t kChunk = 8;
-  const int64_t chunks = (w.rows + kChunk - 1) / kChunk;
+  // Panels of 16 weight rows in runs. A decode GEMV (one or a few rows) gives each thread one
+  // run, so each thread's reads are one stream (4 runs a thread measured ~20% slower); more
+  // rows make it compute-bound, and 4 runs a thread balance a thread that lost its CPU.
+  const int64_t panels = w.panels();
   const int64_t work = args.m * w.rows * w.cols;
-  int64_t tasks = work < (int64_t{1} << 16) ? 1 : std::min<int64_t>(chunks, int64_t{pool.size()} * 4);
-  const int64_t per_task = (chunks + tasks - 1) / tasks;
-  tasks = (chunks + per_task - 1) / per_task;
-  pool.parallel_for(tasks, [&](int64_t t) {
-    const int64_t begin = t * per_task * kChunk;
-    kernels.gemm(args, acts, begin, std::min(w.rows, (t + 1) * per_task * kChunk));
-  });
+  const int64_t runs_per_thread = args.m < 4 ? 1 : 4;
+  int64_t tasks = work < (int64_t{1} << 16) ? 1 : std::min<int64_t>(panels, int64_t{pool.size()} * runs_per_thread);
+  const int64_t per_task = (panels + tasks - 1) / tasks;
+  tasks = (panels + per_task - 1) / per_task;
+  pool.parallel_for(tasks, [&](int64_t t) { kernels.gemm(args, acts, t * per_task, std::min(panels, (t + 1) * per_task)); });
 }
 
 }  // namespace strata

@@ -2,19 +2,24 @@
 //
 // As llama.cpp's CPU backend does, the activations are first quantized per row into 32-value
 // int8 blocks (Q8_1 for Q4_1 weights: with s = d * sum(q); Q8_0 for the others), and each block
-// pair is an exact integer dot product scaled by d_w * d_a. The numerics follow ggml's AVX2 path
-// step for step, so greedy tokens match llama.cpp's on the same file:
+// pair is an exact integer dot product scaled by d_w * d_a:
 //   quantize: amax = max |x|, d = amax / 127, q = round-half-even(x * (127 / amax)), d (and s)
-//             stored as fp16;
-//   dot:      8 float lanes, lane l accumulating fma(d_w * d_a, sum of the block's products
-//             4l..4l+3, lane) over the blocks in order; then (l4+l0 + l6+l2) + (l5+l1 + l7+l3);
-//             for Q4_1 plus the fma-accumulated sum over blocks of m_w * s_a.
+//             stored as fp16 (ggml's rule, step for step);
+//   dot:      acc = 0; for each block in order: acc = fma(d_w * d_a, float(the block's exact
+//             integer dot), acc), and for Q4_1 then acc = fma(m_w, s_a, acc); plus the bias.
 // Each output element is computed by that one sequence whatever the batch, tile or thread
-// split, in both the AVX2 and the portable kernels (which are bit-identical), so results are
-// batch invariant.
+// split, in the AVX-512 VNNI, AVX2 and portable kernels (which are bit-identical), so results
+// are batch invariant. (ggml sums 8 partial lanes per row instead; the tokens agree.)
+//
+// The weights are repacked once at load into panels of 16 rows (QuantPanels below), so that
+// one 256-bit multiply-add does 4 values of 8 rows at once, against 4 activation values
+// broadcast, and the 16 rows' scales multiply as vectors: no per-row horizontal sums, no
+// scalar scale arithmetic. A panel's bytes are read front to back, one stream for the
+// hardware prefetcher.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "strata/quant.h"
@@ -26,10 +31,41 @@ class ThreadPool;
 // One quantized activation block: d and s already widened from their fp16 values.
 struct ActBlock {
   float d;
-  float s;  // Q8_1 only: fp16(d_fp32 * sum(qs)), widened
+  float s;      // Q8_1 only: fp16(d_fp32 * sum(qs)), widened
+  int32_t sum;  // sum(qs), exactly (Q4_0's and Q8_0's offset corrections)
   int8_t qs[kQuantBlock];
 };
-static_assert(sizeof(ActBlock) == 40);
+static_assert(sizeof(ActBlock) == 44);
+
+// Weight rows per panel.
+inline constexpr int64_t kPanelRows = 16;
+
+// A quantized matrix as the kernels read it: rows in panels of 16 (the last padded with zero
+// rows), a panel's blocks in order. One panel block is the 16 rows' fp16 scales d[16] (Q4_1:
+// then m[16]), then their values in chunks of 64 bytes, 4 bytes a row, rows 0..15 in turn:
+//   Q4_0, Q4_1: 4 chunks; chunk c holds bytes 4c..4c+3 of each row's qs (low nibbles: values
+//               4c..4c+3 of the block, high nibbles: values 16+4c..16+4c+3);
+//   Q8_0:       8 chunks; chunk c holds values 4c..4c+3 of each row, plus 128 (unsigned bytes).
+// The same bytes as the file's blocks (18, 20 or 34 a row and block), rearranged.
+struct QuantPanels {
+  QuantType type = QuantType::Q8_0;
+  int64_t rows = 0, cols = 0;
+  std::shared_ptr<const uint8_t> data;  // 64-byte aligned, bytes()
+
+  int64_t blocks() const { return cols / kQuantBlock; }
+  int64_t panels() const { return (rows + kPanelRows - 1) / kPanelRows; }
+  int64_t scale_bytes() const { return (type == QuantType::Q4_1 ? 4 : 2) * kPanelRows; }
+  int64_t panel_block_bytes() const { return kPanelRows * quant_block_bytes(type); }
+  int64_t panel_bytes() const { return blocks() * panel_block_bytes(); }
+  const uint8_t* panel(int64_t p) const { return data.get() + p * panel_bytes(); }
+  int64_t bytes() const { return panels() * panel_bytes(); }
+};
+
+// The panels of a row-major quantized matrix (rows whose cols are a multiple of 32).
+QuantPanels pack_panels(const QuantMatrix& m);
+
+// out[0, cols) = row r's values, exactly as dequantize_row gives them from the file's blocks.
+void dequantize_panel_row(const QuantPanels& m, int64_t r, float* out);
 
 // c[i][j] = (accumulate ? c[i][j] : 0) + (sum_k a[i][k] * w[j][k] + bias[j]), j < w.rows,
 // with the activations quantized as above.
@@ -37,7 +73,7 @@ struct QuantGemmArgs {
   int64_t m = 0;
   const float* a = nullptr;  // (m, w.cols), row stride lda
   int64_t lda = 0;
-  const QuantMatrix* w = nullptr;
+  const QuantPanels* w = nullptr;
   float* c = nullptr;  // (m, w.rows), row stride ldc
   int64_t ldc = 0;
   const float* bias = nullptr;  // (w.rows) or null
@@ -51,8 +87,8 @@ struct QuantKernels {
   const char* isa;  // "avx512vnni", "avx2+fma" or "portable"
   // Quantizes rows [row_begin, row_end) of a (k a multiple of 32) into acts + row * (k / 32).
   void (*quantize)(const float* a, int64_t lda, int64_t k, bool q8_1, int64_t row_begin, int64_t row_end, ActBlock* acts);
-  // Output rows (weight rows) [n_begin, n_end) of every activation row.
-  void (*gemm)(const QuantGemmArgs& args, const ActBlock* acts, int64_t n_begin, int64_t n_end);
+  // Output rows (weight rows) of panels [p_begin, p_end) of every activation row.
+  void (*gemm)(const QuantGemmArgs& args, const ActBlock* acts, int64_t p_begin, int64_t p_end);
 };
 
 const QuantKernels& portable_quant_kernels();

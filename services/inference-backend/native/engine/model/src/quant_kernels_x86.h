@@ -3,7 +3,7 @@
 // vpmaddubsw + vpmaddwd do, with the same exact integer sums). Before including it, a file
 // defines STRATA_QUANT_KERNELS_FN (the accessor's name) and STRATA_QUANT_ISA (its isa string),
 // and STRATA_QUANT_VNNI for the VNNI build. Both are bit-identical to the portable kernels
-// (quant_kernels.cpp), which spell out the same lane order in scalar code.
+// (quant_kernels.cpp), which spell out the same sums in the same order in scalar code.
 #pragma once
 
 #include <immintrin.h>
@@ -53,182 +53,183 @@ void quantize_avx2(const float* a, int64_t lda, int64_t k, bool q8_1, int64_t ro
       bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.qs), bytes);
       out.d = fp16_round(d);
+      __m128i s4 = _mm_add_epi32(_mm256_extracti128_si256(sum, 1), _mm256_castsi256_si128(sum));
+      s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
       if (q8_1) {
-        __m128i s4 = _mm_add_epi32(_mm256_extracti128_si256(sum, 1), _mm256_castsi256_si128(sum));
-        s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
         out.s = fp16_round(d * static_cast<float>(_mm_cvtsi128_si32(s4)));
       } else {
         out.s = 0.0f;
       }
+      out.sum = _mm_cvtsi128_si32(s4);
     }
   }
 }
 
-// (l4 + l0 + l6 + l2) + (l5 + l1 + l7 + l3), in the order the portable kernel writes out.
-inline float hsum(__m256 x) {
-  __m128 t = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-  t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-  t = _mm_add_ss(t, _mm_movehdup_ps(t));
-  return _mm_cvtss_f32(t);
-}
-
-// One weight block: 32 int8 lanes in element order (4-bit: low nibbles, then high nibbles), its
-// scale d and (Q4_1) min m. F16C widens the fp16 values exactly, as f16_to_f32 does.
-struct WeightBlock {
-  __m256i q;
-  float d;
-  float m;
-};
-
-// The fp16 values at p (and p + 2, read together), widened in lanes 0 (and 1). Moved in with
-// vmovd, which zeroes the rest of the register: _cvtsh_ss's vpinsrw merges into whatever
-// register it picks, a false dependency that chained the blocks of a GEMV row together.
-inline __m128 halves_to_floats(const uint8_t* p, int n) {
-  uint32_t bits = 0;
-  std::memcpy(&bits, p, static_cast<size_t>(2 * n));
-  return _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(bits)));
-}
-
-inline float half_to_float(const uint8_t* p) { return _mm_cvtss_f32(halves_to_floats(p, 1)); }
-
-// A weight block's lanes and scales. 4-bit: the 16 packed bytes in both halves, the upper half
-// shifted right by 4 (one variable shift), then masked: low nibbles, then high nibbles. Q4_1's
-// d and m are widened with one conversion.
-template <QuantType T>
-inline WeightBlock load_weights(const uint8_t* block) {
-  if constexpr (T == QuantType::Q8_0) {
-    return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2)), half_to_float(block), 0.0f};
-  } else {
-    constexpr int kHeader = T == QuantType::Q4_0 ? 2 : 4;
-    const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + kHeader)));
-    const __m256i nibbles = _mm256_and_si256(_mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
-    if constexpr (T == QuantType::Q4_0) {
-      return {_mm256_sub_epi8(nibbles, _mm256_set1_epi8(8)), half_to_float(block), 0.0f};
-    } else {
-      const __m128 dm = halves_to_floats(block, 2);  // d, then m
-      return {nibbles, _mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm))};
-    }
-  }
-}
-
-// Sums of the products of 4 consecutive bytes, as 8 float lanes; exact (no int16 saturation:
-// |w| <= 127 for signed weights, <= 15 unsigned, |a| <= 127).
-template <QuantType T>
-inline __m256 dot_lanes(__m256i w, __m256i a) {
-  // Q4_1's weights are unsigned (0..15); the others go unsigned through their signs.
-  const __m256i u = T == QuantType::Q4_1 ? w : _mm256_sign_epi8(w, w);
-  const __m256i s = T == QuantType::Q4_1 ? a : _mm256_sign_epi8(a, w);
+// u (unsigned bytes) times s (signed bytes), 4 adjacent products summed into each int32 lane
+// of acc; exact (no int16 saturation where the caller keeps |u * s| pairs within int16).
+inline __m256i dot_add(__m256i acc, __m256i u, __m256i s) {
 #if defined(STRATA_QUANT_VNNI)
-  return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s));
+  return _mm256_dpbusd_epi32(acc, u, s);
 #else
-  return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif
 }
 
-// How far ahead of its reads a one-row tile asks for each weight row's bytes. A decode step
-// streams every weight once, each tile's rows from memory as it reaches them: the hardware
-// prefetcher alone kept one core at ~8 GB/s of the ~20 it can read, and the blocks' loads were
-// where the GEMV waited. 4 KB ahead (a few tiles) took SmolLM2's decode step from ~14.5 to
-// ~9 ms here; 512 B was too close and 32 KB too far.
-constexpr int64_t kPrefetchAhead = 4096;
+// 4 activation values (bytes 4c..4c+3 of a block) in every int32 lane.
+inline __m256i broadcast4(const int8_t* qs) {
+  int32_t v;
+  std::memcpy(&v, qs, 4);
+  return _mm256_set1_epi32(v);
+}
 
-// MR activation rows x NR weight rows, every block of k.
-template <QuantType T, int MR, int NR>
-void tile(const QuantGemmArgs& g, const ActBlock* acts, int64_t nb, int64_t i0, int64_t j0) {
-  constexpr int64_t kBlockBytes = T == QuantType::Q8_0 ? 34 : T == QuantType::Q4_0 ? 18 : 20;
-  __m256 acc[MR][NR];
-  float mins[MR][NR];
+// MR activation rows against one panel (16 rows, as two 8-row halves h), every block:
+// isum[i][h] gathers the block's exact integer dot products of 8 weight rows at once, then one
+// fma scales it by d_w (8 rows' scales, widened from fp16 together) * d_a into acc[i][h].
+template <QuantType T, int MR>
+void tile(const QuantGemmArgs& g, const ActBlock* acts, int64_t nb, int64_t i0, int64_t p0) {
+  const QuantPanels& w = *g.w;
+  constexpr int NH = 2;
+  constexpr int64_t kScaleBytes = (T == QuantType::Q4_1 ? 4 : 2) * kPanelRows;
+  constexpr int64_t kBlockBytes = T == QuantType::Q8_0 ? 34 * kPanelRows : T == QuantType::Q4_0 ? 18 * kPanelRows : 20 * kPanelRows;
+  const uint8_t* base = w.panel(p0);
+  const ActBlock* a0 = acts + i0 * nb;
+  __m256 acc[MR][NH];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) {
-      acc[i][j] = _mm256_setzero_ps();
-      mins[i][j] = 0.0f;
-    }
-  const uint8_t* w0 = g.w->row(j0);
-  const int64_t row_bytes = nb * kBlockBytes;
-  const ActBlock* a0 = acts + i0 * nb;
+    for (int h = 0; h < NH; ++h) acc[i][h] = _mm256_setzero_ps();
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
-    WeightBlock w[NR];
+    __m256i isum[MR][NH];
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) {
-      if constexpr (MR == 1) {
-        _mm_prefetch(reinterpret_cast<const char*>(w0 + j * row_bytes + b * kBlockBytes) + kPrefetchAhead, _MM_HINT_T0);
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+      for (int h = 0; h < NH; ++h) isum[i][h] = _mm256_setzero_si256();
+    if constexpr (T == QuantType::Q8_0) {
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) {
+        __m256i wq[NH];
+#pragma GCC unroll 8
+        for (int h = 0; h < NH; ++h) {
+          const uint8_t* chunk = base + b * kBlockBytes + kScaleBytes + 64 * c + 32 * h;
+          wq[h] = _mm256_load_si256(reinterpret_cast<const __m256i*>(chunk));
+#if !defined(STRATA_QUANT_VNNI)
+          wq[h] = _mm256_xor_si256(wq[h], _mm256_set1_epi8(static_cast<char>(0x80)));  // back to signed
+#endif
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+          const __m256i av = broadcast4(a0[i * nb + b].qs + 4 * c);
+#pragma GCC unroll 8
+          for (int h = 0; h < NH; ++h) {
+#if defined(STRATA_QUANT_VNNI)
+            isum[i][h] = dot_add(isum[i][h], wq[h], av);  // (q + 128) * a: corrected below
+#else
+            isum[i][h] = dot_add(isum[i][h], _mm256_sign_epi8(wq[h], wq[h]), _mm256_sign_epi8(av, wq[h]));
+#endif
+          }
+        }
       }
-      w[j] = load_weights<T>(w0 + j * row_bytes + b * kBlockBytes);
+    } else {
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        __m256i lo[NH], hi[NH];
+#pragma GCC unroll 8
+        for (int h = 0; h < NH; ++h) {
+          const uint8_t* chunk = base + b * kBlockBytes + kScaleBytes + 64 * c + 32 * h;
+          const __m256i packed = _mm256_load_si256(reinterpret_cast<const __m256i*>(chunk));
+          lo[h] = _mm256_and_si256(packed, low4);
+          hi[h] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+          const int8_t* qs = a0[i * nb + b].qs;
+          const __m256i alo = broadcast4(qs + 4 * c), ahi = broadcast4(qs + 16 + 4 * c);
+#pragma GCC unroll 8
+          for (int h = 0; h < NH; ++h) isum[i][h] = dot_add(dot_add(isum[i][h], lo[h], alo), hi[h], ahi);
+        }
+      }
     }
 #pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      const ActBlock& a = a0[i * nb + b];
-      const __m256i aq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
+    for (int h = 0; h < NH; ++h) {
+      const uint8_t* scales = base + b * kBlockBytes + 16 * h;
+      const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(scales)));
+      __m256 mw = _mm256_setzero_ps();
+      if constexpr (T == QuantType::Q4_1) mw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(scales + 32)));
 #pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j) {
-        acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(w[j].d * a.d), dot_lanes<T>(w[j].q, aq), acc[i][j]);
-        if constexpr (T == QuantType::Q4_1) mins[i][j] = std::fma(w[j].m, a.s, mins[i][j]);
+      for (int i = 0; i < MR; ++i) {
+        const ActBlock& a = a0[i * nb + b];
+        __m256i dot = isum[i][h];
+        // The products were of unsigned stand-ins: Q4_0's stored nibble is its value + 8, and (VNNI)
+        // Q8_0's byte its value + 128; take away 8 (128) times the activations' sum, exactly.
+        if constexpr (T == QuantType::Q4_0) dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(8 * a.sum));
+#if defined(STRATA_QUANT_VNNI)
+        if constexpr (T == QuantType::Q8_0) dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(128 * a.sum));
+#endif
+        acc[i][h] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a.d)), _mm256_cvtepi32_ps(dot), acc[i][h]);
+        if constexpr (T == QuantType::Q4_1) acc[i][h] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a.s), acc[i][h]);
       }
     }
   }
+  // Row j0 + 8h + l of the output is lane l of acc[.][h]; a padded panel's last rows are not written.
+  const int64_t j0 = p0 * kPanelRows;
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
     float* c = g.c + (i0 + i) * g.ldc + j0;
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) {
-      float sum = hsum(acc[i][j]);
-      if constexpr (T == QuantType::Q4_1) sum = sum + mins[i][j];
-      if (g.bias != nullptr) sum += g.bias[j0 + j];
-      c[j] = g.accumulate ? c[j] + sum : sum;
+    for (int h = 0; h < NH; ++h) {
+      const int64_t first = 8 * h, valid = std::min<int64_t>(8, w.rows - j0 - first);
+      if (valid <= 0) continue;
+      __m256 v = acc[i][h];
+      if (valid == 8) {
+        if (g.bias != nullptr) v = _mm256_add_ps(v, _mm256_loadu_ps(g.bias + j0 + first));
+        if (g.accumulate) v = _mm256_add_ps(_mm256_loadu_ps(c + first), v);
+        _mm256_storeu_ps(c + first, v);
+      } else {
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, v);
+        for (int64_t l = 0; l < valid; ++l) {
+          float sum = lanes[l];
+          if (g.bias != nullptr) sum += g.bias[j0 + first + l];
+          c[first + l] = g.accumulate ? c[first + l] + sum : sum;
+        }
+      }
     }
   }
 }
 
-// One activation row (decode) takes 4 weight rows at a time, for independent chains; more rows
-// take 2. The 256-bit AVX-512 build has 32 vector registers, room for 4 x 4 tiles.
+// Panels [p_begin, p_end) in order, each against every activation row while it is in L1 (a
+// Q4_1 panel of k = 1536 is 30 KB), the activations from L2, 4 rows at a time (AVX2's 16
+// registers: 2). A decode step's one row makes the thread's reads one stream, front to back,
+// which the hardware prefetcher follows at ~20 GB/s here: two panels a tile (two streams, the
+// second restarting cold each tile) ran at ~11, and software prefetches did not help.
 #if defined(STRATA_QUANT_VNNI)
-constexpr int kWideNR = 4;
+constexpr int kMR = 4;
 #else
-constexpr int kWideNR = 2;
+constexpr int kMR = 2;
 #endif
 
-// Weight rows [n_begin, n_end) against activation rows [i_begin, i_end) in MR-row tiles.
-template <QuantType T, int MR>
-void row_tiles(const QuantGemmArgs& g, const ActBlock* acts, int64_t nb, int64_t i_begin, int64_t i_end, int64_t n_begin,
-               int64_t n_end) {
-  constexpr int NR = MR == 1 ? 4 : kWideNR;
-  int64_t j = n_begin;
-  for (; j + NR <= n_end; j += NR) {
-    int64_t i = i_begin;
-    for (; i + MR <= i_end; i += MR) tile<T, MR, NR>(g, acts, nb, i, j);
-  }
-  for (; j < n_end; ++j)
-    for (int64_t i = i_begin; i + MR <= i_end; i += MR) tile<T, MR, 1>(g, acts, nb, i, j);
-}
-
-// Weight rows in panels of kPanel, each panel against every activation row while it is in L1
-// (a panel of Q4_1 rows of k = 1536 is 15 KB), the activations (m x k/32 blocks) from L2.
 template <QuantType T>
-void gemm_type(const QuantGemmArgs& g, const ActBlock* acts, int64_t n_begin, int64_t n_end) {
-  const int64_t nb = g.w->cols / kQuantBlock;
-  constexpr int kMR = 4;
-  constexpr int64_t kPanel = 16;
+void gemm_type(const QuantGemmArgs& g, const ActBlock* acts, int64_t p_begin, int64_t p_end) {
+  const int64_t nb = g.w->blocks();
   const int64_t full = g.m / kMR * kMR;
-  for (int64_t p = n_begin; p < n_end; p += kPanel) {
-    const int64_t p_end = std::min(n_end, p + kPanel);
-    if (full > 0) row_tiles<T, kMR>(g, acts, nb, 0, full, p, p_end);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    for (int64_t i = 0; i < full; i += kMR) tile<T, kMR>(g, acts, nb, i, p);
     switch (g.m - full) {
-      case 1: row_tiles<T, 1>(g, acts, nb, full, g.m, p, p_end); break;
-      case 2: row_tiles<T, 2>(g, acts, nb, full, g.m, p, p_end); break;
-      case 3: row_tiles<T, 3>(g, acts, nb, full, g.m, p, p_end); break;
+      case 1: tile<T, 1>(g, acts, nb, full, p); break;
+      case 2: tile<T, 2>(g, acts, nb, full, p); break;
+      case 3: tile<T, 3>(g, acts, nb, full, p); break;
       default: break;
     }
   }
 }
 
-void gemm_avx2(const QuantGemmArgs& g, const ActBlock* acts, int64_t n_begin, int64_t n_end) {
+void gemm_avx2(const QuantGemmArgs& g, const ActBlock* acts, int64_t p_begin, int64_t p_end) {
   switch (g.w->type) {
-    case QuantType::Q4_0: gemm_type<QuantType::Q4_0>(g, acts, n_begin, n_end); break;
-    case QuantType::Q4_1: gemm_type<QuantType::Q4_1>(g, acts, n_begin, n_end); break;
-    case QuantType::Q8_0: gemm_type<QuantType::Q8_0>(g, acts, n_begin, n_end); break;
+    case QuantType::Q4_0: gemm_type<QuantType::Q4_0>(g, acts, p_begin, p_end); break;
+    case QuantType::Q4_1: gemm_type<QuantType::Q4_1>(g, acts, p_begin, p_end); break;
+    case QuantType::Q8_0: gemm_type<QuantType::Q8_0>(g, acts, p_begin, p_end); break;
   }
 }
 

@@ -48,12 +48,13 @@ std::vector<float> gemm(const QuantKernels& kernels, int threads, const QuantMat
                         const float* bias = nullptr, std::vector<float> c = {}, bool accumulate = false) {
   ThreadPool pool(threads);
   QuantScratch scratch;
+  const QuantPanels panels = pack_panels(w);
   if (c.empty()) c.assign(static_cast<size_t>(m * w.rows), 0.0f);
   QuantGemmArgs args;
   args.m = m;
   args.a = a.data();
   args.lda = w.cols;
-  args.w = &w;
+  args.w = &panels;
   args.c = c.data();
   args.ldc = w.rows;
   args.bias = bias;
@@ -97,6 +98,32 @@ TEST_CASE("quant: dequantize_row decodes each block format exactly") {
   for (int j = 0; j < 32; ++j) CHECK_EQ(out[j], 2.0f * static_cast<float>(j - 16));
 }
 
+TEST_CASE("quant: panels hold every row's blocks; their rows dequantize as the file's do") {
+  std::mt19937 rng(3);
+  for (QuantType type : kTypes) {
+    for (int64_t rows : {1, 16, 37}) {  // one padded panel, one full, three with a tail
+      const int64_t k = 96;
+      const QuantMatrix w = random_matrix(type, rows, k, rng);
+      const QuantPanels p = pack_panels(w);
+      CHECK_EQ(p.panels(), (rows + 15) / 16);
+      CHECK_EQ(p.bytes(), p.panels() * 16 * w.row_bytes());  // the file's bytes, rows padded to 16
+      std::vector<float> expect(static_cast<size_t>(k)), got(static_cast<size_t>(k));
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize_row(type, w.row(r), k, expect.data());
+        dequantize_panel_row(p, r, got.data());
+        CHECK(got == expect);
+      }
+      // Padding rows are zero: scales and values.
+      std::vector<float> zero(static_cast<size_t>(k), 0.0f);
+      for (int64_t r = rows; r < p.panels() * 16; ++r) {
+        dequantize_panel_row(p, r, got.data());
+        for (float& v : got) v = std::fabs(v);  // Q4_0's zero-scale padding gives -0.0
+        CHECK(got == zero);
+      }
+    }
+  }
+}
+
 TEST_CASE("quant: activations quantize by ggml's rule (amax / 127, half to even, fp16 scales)") {
   for (const QuantKernels* k : all_kernels()) {
     float x[64] = {};
@@ -115,7 +142,9 @@ TEST_CASE("quant: activations quantize by ggml's rule (amax / 127, half to even,
     CHECK_EQ(int{blocks[0].qs[3]}, 0);
     CHECK_EQ(int{blocks[0].qs[4]}, 1);
     CHECK_EQ(blocks[0].s, -120.0f);  // d * (-127 + 2 + 4 + 0 + 1)
+    CHECK_EQ(blocks[0].sum, -120);
     CHECK_EQ(blocks[1].d, 0.0f);
+    CHECK_EQ(blocks[1].sum, 0);
     for (int j = 0; j < 32; ++j) CHECK_EQ(int{blocks[1].qs[j]}, 0);
     // A scale that is not an fp16 value is stored rounded to one.
     float y[32];
@@ -123,6 +152,9 @@ TEST_CASE("quant: activations quantize by ggml's rule (amax / 127, half to even,
     k->quantize(y, 32, 32, false, 0, 1, blocks);
     CHECK_EQ(blocks[0].d, f16_to_f32(f32_to_f16(3.2f / 127.0f)));
     CHECK_EQ(int{blocks[0].qs[31]}, 127);
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) sum += blocks[0].qs[j];
+    CHECK_EQ(blocks[0].sum, sum);  // kept for Q4_0 and Q8_0 as well
   }
 }
 
