@@ -160,7 +160,8 @@ static bool cpu_runs_avx2() {
 }
 #if defined(STRATA_HAVE_AVX512VNNI_KERNELS)
 static bool cpu_runs_avx512vnni() {
-  return cpu_runs_avx2() && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  return cpu_runs_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 #endif
 #endif
