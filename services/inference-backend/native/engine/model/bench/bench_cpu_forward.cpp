@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
 
     const std::string name = dummy.empty() ? model_dir : "dummy " + dummy;
     std::printf("CPU backend forward, %s, %d threads, %s kernels, block size %d, decode context %d..%d\n", name.c_str(),
-                backend->num_threads(), backend->kernel_isa(), kBlockSize, kDecodePrompt, kDecodePrompt + 4 + steps);
+                backend->num_threads(), backend->kernel_isa().c_str(), kBlockSize, kDecodePrompt, kDecodePrompt + 4 + steps);
     std::printf("| phase   | batch | tokens/step | ms/step  | tokens/s   |\n");
     std::printf("|---------|------:|------------:|---------:|-----------:|\n");
     for (const Result& r : results) {
@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
     }
     if (json) {
       std::printf("{\"model\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"results\": [", name.c_str(), backend->num_threads(),
-                  backend->kernel_isa());
+                  backend->kernel_isa().c_str());
       for (size_t i = 0; i < results.size(); ++i) {
         const Result& r = results[i];
         std::printf("%s{\"phase\": \"%s\", \"batch\": %d, \"tokens_per_step\": %lld, \"ms_per_step\": %.4f, \"tokens_per_s\": %.1f}",

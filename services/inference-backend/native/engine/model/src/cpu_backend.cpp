@@ -183,6 +183,7 @@ constexpr int64_t kRowsPerPass = 256;
 struct CpuBackend::Impl {
   ModelConfig config;
   std::string weights_format;      // describe_weights()
+  std::string kernel_isa;          // kernel_isa()
   std::vector<float> embed;        // (vocab, hidden) row-major, for the token gather; or empty and
   std::unique_ptr<const QuantMatrix> embed_quant;  // the table kept quantized (rows dequantized on gather)
   std::shared_ptr<const QuantPanels> embed_panels;  // or, tied, the lm_head's panels serve the gather
@@ -263,6 +264,11 @@ struct CpuBackend::Impl {
       throw ModelError(model_error_code::kWeights,
                        "quantized tensor \"" + weights.quantized.begin()->first + "\" is not a matrix this backend multiplies");
     }
+    bool quantized = lm_head.quant != nullptr;
+    for (const CpuLayer& layer : layers)
+      for (const Linear* w : {&layer.qkv, &layer.o_proj, &layer.gate_up, &layer.down}) quantized = quantized || w->quant != nullptr;
+    kernel_isa = kernels.isa;
+    if (quantized) kernel_isa += std::string(", quantized: ") + qkernels.isa;
   }
 
   // Splits rows over the pool when there are enough to pay for it; fn(begin, end).
@@ -570,7 +576,7 @@ void CpuBackend::copy_block(int32_t src, int32_t dst) {
 
 int32_t CpuBackend::num_threads() const { return impl_->pool.size(); }
 
-const char* CpuBackend::kernel_isa() const { return impl_->kernels.isa; }
+const std::string& CpuBackend::kernel_isa() const { return impl_->kernel_isa; }
 
 const std::string& CpuBackend::weights_format() const { return impl_->weights_format; }
 

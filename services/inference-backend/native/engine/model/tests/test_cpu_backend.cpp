@@ -9,6 +9,7 @@
 #include <string>
 
 #include "check.h"
+#include "cpu_kernels.h"
 #include "strata/cpu_backend.h"
 #include "strata/model_config.h"
 #include "strata/model_error.h"
@@ -266,6 +267,7 @@ TEST_CASE("cpu backend: a step longer than one pass gives the same logits, and i
   ModelConfig c = small_config("LlamaForCausalLM");
   c.max_position_embeddings = 1024;
   CpuBackend backend(c, 4, CpuBackendOptions{2});
+  CHECK(backend.kernel_isa() == cpu_kernels().isa);  // fp32 weights: no quantized kernels named
   backend.allocate_kv(400, 4);
   // One long prompt cut over three passes (256 rows each), prompts that end inside a pass and on
   // its edge, and short ones: every sequence's logits as when each runs alone in small steps.

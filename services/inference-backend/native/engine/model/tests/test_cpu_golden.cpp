@@ -122,7 +122,7 @@ TEST_CASE("golden: tinystories-656k matches transformers and is batch invariant"
   }
   const int32_t blocks_per_seq = static_cast<int32_t>((longest + new_tokens + kBlockSize - 1) / kBlockSize);
   backend.allocate_kv(blocks_per_seq * static_cast<int32_t>(cases.size()), kBlockSize);
-  std::printf("  kernels: %s, threads: %d\n", backend.kernel_isa(), backend.num_threads());
+  std::printf("  kernels: %s, threads: %d\n", backend.kernel_isa().c_str(), backend.num_threads());
 
   // Alone, whole prompt in one step: against the reference.
   std::vector<Run> alone;

@@ -7,8 +7,10 @@
 #include <random>
 
 #include "check.h"
+#include "cpu_kernels.h"
 #include "gguf_writer.h"
 #include "model_files.h"
+#include "quant_kernels.h"
 #include "strata/cpu_backend.h"
 #include "strata/float_convert.h"
 #include "strata/gguf.h"
@@ -161,6 +163,8 @@ TEST_CASE("gguf: the CPU backend runs a file that mixes F32, F16, Q8_0, Q4_0 and
   TempDir dir("gguf");
   CpuBackend backend(write(dir, tiny_model().build()), {1});
   CHECK(backend.weights_format() == "Q4_0 + Q4_1 + Q8_0");
+  // The load log's kernels name the quantized set too.
+  CHECK(backend.kernel_isa() == std::string(cpu_kernels().isa) + ", quantized: " + quant_kernels().isa);
   backend.allocate_kv(4, 16);
   const std::vector<int32_t> tokens = {1, 4, 5, 6}, table = {0};
   StepBatch batch;

@@ -41,7 +41,9 @@ class CpuBackend final : public ModelBackend {
   void forward_chunked(const StepBatch& batch, int32_t chunk_rows, const LogitsConsumer& consume) override;
 
   int32_t num_threads() const;
-  const char* kernel_isa() const;  // "avx2+fma" or "portable"
+  // The kernels it runs: the fp32 set ("avx2+fma" or "portable"), and for a model with
+  // quantized matrices the quantized set too ("avx2+fma, quantized: avx512vnni").
+  const std::string& kernel_isa() const;
   // The weights' numeric format: "float32", or the block types of the quantized matrices ("Q4_1 + Q8_0").
   const std::string& weights_format() const;
   // Bytes of step buffers held now (activations of one pass, the wanted rows' final hidden

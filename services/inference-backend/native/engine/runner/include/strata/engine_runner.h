@@ -35,7 +35,7 @@ struct RunnerOptions {
 // What was loaded, for logs and the service's /v1/models and metrics.
 struct RunnerInfo {
   std::string backend_name;          // "cpu" or "cuda"
-  std::string kernel_isa;            // CPU kernels: e.g. "avx2+fma"; CUDA: "cuda"
+  std::string kernel_isa;            // CPU kernels: e.g. "avx2+fma, quantized: avx512vnni"; CUDA: "cuda"
   std::string device = "cpu";        // CUDA: the GPU's name
   std::string dtype = "float32";     // activations and KV (and weights, unless quantized)
   std::string weights = "float32";   // the weights' format: a dtype, or block types such as "Q4_1 + Q8_0"
