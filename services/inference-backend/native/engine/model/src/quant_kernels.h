@@ -9,12 +9,13 @@
 //             integer dot), acc), and for Q4_1 then acc = fma(m_w, s_a, acc); plus the bias.
 // Each output element is computed by that one sequence whatever the batch, tile or thread
 // split, in the AVX-512 VNNI, AVX2 and portable kernels (which are bit-identical), so results
-// are batch invariant. (ggml sums 8 partial lanes per row instead; the tokens agree.)
+// are batch invariant. (ggml sums 8 partial lanes per row instead, so logits differ from
+// llama.cpp's in the last bits: greedy tokens part from its only at close calls.)
 //
 // The weights are repacked once at load into panels of 16 rows (QuantPanels below), so that
-// one 256-bit multiply-add does 4 values of 8 rows at once, against 4 activation values
-// broadcast, and the 16 rows' scales multiply as vectors: no per-row horizontal sums, no
-// scalar scale arithmetic. A panel's bytes are read front to back, one stream for the
+// one multiply-add does 4 values of 8 rows (256-bit) or all 16 (512-bit) at once, against 4
+// activation values broadcast, and the rows' scales multiply as vectors: no per-row horizontal
+// sums, no scalar scale arithmetic. A panel's bytes are read front to back, one stream for the
 // hardware prefetcher.
 #pragma once
 
