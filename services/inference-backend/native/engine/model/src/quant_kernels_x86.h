@@ -261,7 +261,7 @@ void tile(const QuantGemmArgs& g, const ActBlock* acts, int64_t nb, int64_t i0, 
 }
 
 // Panels [p_begin, p_end) in order, each against every activation row while it is in L1 (a
-// Q4_1 panel of k = 1536 is 30 KB), the activations from L2, kMR rows at a time: in AVX-512, 8
+// Q4_1 panel of k = 1536 is 15 KB), the activations from L2, kMR rows at a time: in AVX-512, 8
 // rows of 512-bit vectors; in AVX2, 2 rows of 256-bit (its 16 registers). A decode step's one
 // row makes the thread's reads one stream, front to back, which the hardware prefetcher follows
 // at ~20 GB/s here (two panels a tile, two streams with one restarting cold each tile, ran at
