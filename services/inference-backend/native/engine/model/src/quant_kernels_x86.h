@@ -9,7 +9,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "quant_kernels.h"
@@ -120,8 +119,6 @@ struct Zmm {
   static I low_nibbles(I x) { return _mm512_and_si512(x, _mm512_set1_epi8(0x0F)); }
   static I high_nibbles(I x) { return _mm512_and_si512(_mm512_srli_epi16(x, 4), _mm512_set1_epi8(0x0F)); }
   static I dot_add(I acc, I u, I s) { return _mm512_dpbusd_epi32(acc, u, s); }
-  static I to_signed(I x) { return x; }              // not used: kVnni
-  static I dot_add_signed(I acc, I, I) { return acc; }  // not used: kVnni
   static I set1(int32_t v) { return _mm512_set1_epi32(v); }
   static I sub(I a, I b) { return _mm512_sub_epi32(a, b); }
   // The zero-masked forms, all lanes on: the plain ones start from _mm512_undefined_ps(), which
