@@ -93,18 +93,7 @@ GemmResult measure_gemm(Gemm& gemm, const std::string& name, int32_t m, int32_t 
   }
   r.eager_us = median(eager);
 
-  cudaGraph_t graph = nullptr;
-  STRATA_CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  try {
-    for (int i = 0; i < iters; ++i) launch(i);
-  } catch (...) {
-    cudaStreamEndCapture(stream, &graph);
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    throw;
-  }
-  STRATA_CK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  STRATA_CK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaGraphExec_t exec = capture_graph(launch, iters, stream);
   for (int i = 0; i < 2; ++i) STRATA_CK(cudaGraphLaunch(exec, stream));
   std::vector<double> replay;
   for (int rep = 0; rep < kSamples; ++rep) {
@@ -114,7 +103,6 @@ GemmResult measure_gemm(Gemm& gemm, const std::string& name, int32_t m, int32_t 
     replay.push_back(1e3 * ev.ms() / iters);
   }
   STRATA_CK(cudaGraphExecDestroy(exec));
-  STRATA_CK(cudaGraphDestroy(graph));
   STRATA_CK(cudaStreamSynchronize(stream));
 
   r.graph_us = median(replay);

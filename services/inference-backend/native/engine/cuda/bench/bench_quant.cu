@@ -95,18 +95,7 @@ Timing time_launches(const std::function<void(int)>& launch, int sets, cudaStrea
     eager.push_back(1e3 * ev.ms() / t.iters);
   }
   t.eager_us = median(eager);
-  cudaGraph_t graph = nullptr;
-  STRATA_CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  try {
-    for (int i = 0; i < t.iters; ++i) launch(i);
-  } catch (...) {
-    cudaStreamEndCapture(stream, &graph);
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    throw;
-  }
-  STRATA_CK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  STRATA_CK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaGraphExec_t exec = capture_graph(launch, t.iters, stream);
   for (int i = 0; i < 2; ++i) STRATA_CK(cudaGraphLaunch(exec, stream));
   std::vector<double> replay;
   for (int rep = 0; rep < settings.samples; ++rep) {
@@ -116,7 +105,6 @@ Timing time_launches(const std::function<void(int)>& launch, int sets, cudaStrea
     replay.push_back(1e3 * ev.ms() / t.iters);
   }
   STRATA_CK(cudaGraphExecDestroy(exec));
-  STRATA_CK(cudaGraphDestroy(graph));
   STRATA_CK(cudaStreamSynchronize(stream));
   t.graph_us = median(replay);
   return t;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,25 @@ inline std::string json_escape(const std::string& s) {
     out += c;
   }
   return out;
+}
+
+// A CUDA graph of n launches, launch(0) .. launch(n - 1) captured on `stream`, instantiated.
+// A launch that throws ends the capture first.
+inline cudaGraphExec_t capture_graph(const std::function<void(int)>& launch, int n, cudaStream_t stream) {
+  cudaGraph_t graph = nullptr;
+  STRATA_CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  try {
+    for (int i = 0; i < n; ++i) launch(i);
+  } catch (...) {
+    cudaStreamEndCapture(stream, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    throw;
+  }
+  STRATA_CK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  STRATA_CK(cudaGraphInstantiate(&exec, graph, 0));
+  STRATA_CK(cudaGraphDestroy(graph));
+  return exec;
 }
 
 inline size_t round256(size_t bytes) { return (bytes + 255) / 256 * 256; }

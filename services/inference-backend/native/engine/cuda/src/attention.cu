@@ -115,6 +115,44 @@ struct DecodeParams : PagedParams<T> {
   float* ws_out;  // (n_seqs, num_heads, max_partitions, head_dim)
 };
 
+// The partition a decode block scores, from blockIdx = (partition, KV head, sequence): keys
+// [first, last) of the sequence's context.
+struct DecodeBlock {
+  int32_t seq, kv_head, partition, first, last, group, num_partitions;
+
+  // False when the sequence has fewer partitions than the grid (the reduce reads only its own).
+  template <typename T>
+  __device__ bool init(const DecodeParams<T>& p) {
+    seq = blockIdx.z;
+    kv_head = blockIdx.y;
+    partition = blockIdx.x;
+    const int32_t context = min(p.context_lens[seq], p.max_context);
+    const int32_t size = decode_partition_size(context);
+    first = partition * size;
+    if (first >= context) return false;
+    last = min(context, first + size);
+    group = p.num_heads / p.num_kv_heads;
+    num_partitions = (context + size - 1) / size;
+    return true;
+  }
+
+  // Dim d of query head `head`: the output itself when the context is one partition, else the
+  // partition's unnormalised sum and its statistics (max in natural-log units) for the reduce.
+  template <typename T, int D>
+  __device__ void write(const DecodeParams<T>& p, int32_t head, int d, float total, float max_stat, float sum_stat) const {
+    if (num_partitions == 1) {
+      p.out[int64_t{seq} * p.out_stride + int64_t{head} * D + d] = from_float<T>(total / sum_stat);
+      return;
+    }
+    const int64_t at = (int64_t{seq} * p.num_heads + head) * p.max_partitions + partition;
+    p.ws_out[at * D + d] = total;
+    if (d == 0) {
+      p.ws_max[at] = max_stat;
+      p.ws_sum[at] = sum_stat;
+    }
+  }
+};
+
 // G: the most query heads per KV head this instance handles (4 or kMaxGroup), which sizes the
 // per-thread query and accumulator arrays: Llama-3-8B's 4 need half the registers of 8.
 template <typename T, int D, int G>
@@ -128,15 +166,10 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_partition_kernel(Decode
   __shared__ float reduce_buf[kGroups * D];
   __shared__ float stat_max[G], stat_sum[G];
 
-  const int32_t seq = blockIdx.z, kv_head = blockIdx.y, partition = blockIdx.x;
-  const int32_t context = min(p.context_lens[seq], p.max_context);
-  const int32_t size = decode_partition_size(context);
-  const int32_t first = partition * size;
-  if (first >= context) return;  // this sequence needs fewer partitions (reduce reads only its own)
-  const int32_t last = min(context, first + size);
+  DecodeBlock blk{};
+  if (!blk.init(p)) return;
+  const int32_t seq = blk.seq, kv_head = blk.kv_head, first = blk.first, last = blk.last, group = blk.group;
   const int32_t n = last - first;
-  const int32_t group = p.num_heads / p.num_kv_heads;
-  const int32_t num_partitions = (context + size - 1) / size;
 
   const int tid = threadIdx.x, token_group = tid / kLanes, lane = tid % kLanes;
   const int32_t* table = p.block_tables + int64_t{seq} * p.block_table_stride;
@@ -242,16 +275,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_partition_kernel(Decode
       for (int d = tid; d < D; d += kDecodeThreads) {
         float total = 0.0f;
         for (int r = 0; r < kGroups; ++r) total += reduce_buf[r * D + d];
-        if (num_partitions == 1) {
-          p.out[int64_t{seq} * p.out_stride + int64_t{head} * D + d] = from_float<T>(total / stat_sum[g]);
-        } else {
-          const int64_t at = (int64_t{seq} * p.num_heads + head) * p.max_partitions + partition;
-          p.ws_out[at * D + d] = total;
-          if (d == 0) {
-            p.ws_max[at] = stat_max[g];
-            p.ws_sum[at] = stat_sum[g];
-          }
-        }
+        blk.write<T, D>(p, head, d, total, stat_max[g], stat_sum[g]);
       }
       __syncthreads();  // reduce_buf is reused by the next head
     }
@@ -295,6 +319,193 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_reduce_kernel(DecodePar
     float total = 0.0f;
     for (int32_t i = 0; i < num_partitions; ++i) total += weights[i] * p.ws_out[(base + i) * D + d];
     out[d] = from_float<T>(total / l);
+  }
+}
+
+// Decode on tensor cores (bf16/fp16, head_dim 16 to 128 in whole 16-wide mma steps): the same
+// grid, partitions and workspace as decode_partition_kernel, and the same reduce after it.
+// The group's query heads are rows 0..group-1 of a 16-row mma tile (the rest are zeros), so a
+// 16-key step costs 2 × D/16 mma.sync for the scores and D/8 for P·V, where the CUDA-core
+// kernel spends about 2 × group × D FMAs per key and lane-group shuffles per score. Each of the
+// 4 warps takes every 4th 16-key tile of the partition (so a 64-token partition is one tile a
+// warp) and streams its tiles' K and V rows into its own shared memory by cp.async, one or two
+// tiles deep, with an online softmax in registers as in prefill_fa_kernel (scores as
+// accumulators, probabilities re-used as A fragments, P rounded to the dtype before P·V). The 4
+// warps' partial results are merged through shared memory at the end. Nothing depends on the
+// batch: a sequence's partitions, tiles and merge order come from its own context.
+constexpr int kDmWarps = 4;
+constexpr int kDmKeys = 16;  // keys per warp tile: one 16-key step of P·V
+
+// Shared memory of one block: every warp's staged K and V tiles, `stages` deep (1 or 2). The
+// merge at the end reuses it (4 warps × 8 rows × D floats and their statistics fit in one stage).
+template <typename T, int D>
+constexpr size_t decode_mma_shared_bytes(int stages) {
+  return size_t(kDmWarps) * stages * 2 * kDmKeys * (D + 8) * sizeof(T);
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<T> p, int stages) {
+  static_assert(D % 16 == 0 && D <= 128, "head_dim 16..128, whole 16-wide mma steps");
+  constexpr int kStride = D + 8;  // a staged row, padded by 16 bytes against bank conflicts
+  constexpr int kVec = 16 / sizeof(T);
+  constexpr int kRowChunks = D / kVec;
+  constexpr int kTileElems = kDmKeys * kStride;
+  extern __shared__ float4 dm_smem4[];
+
+  DecodeBlock blk{};
+  if (!blk.init(p)) return;
+  const int32_t seq = blk.seq, kv_head = blk.kv_head, first = blk.first, last = blk.last, group = blk.group;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int32_t* table = p.block_tables + int64_t{seq} * p.block_table_stride;
+  const int64_t head_stride = int64_t{p.block_size} * D;
+  const int64_t block_stride = head_stride * p.num_kv_heads;
+  T* const staged = reinterpret_cast<T*>(dm_smem4) + warp * stages * 2 * kTileElems;  // this warp's own
+  const float scale_log2 = p.scale * 1.4426950408889634f;  // softmax through exp2
+
+  // Row g of the A fragments is query head kv_head * group + g; rows past the group and rows
+  // 8..15 are zeros (their scores are never used).
+  uint32_t qa[D / 16][2];  // a[0] and a[2] of each k-step; a[1] = a[3] = 0
+  {
+    const T* q = p.q + int64_t{seq} * p.q_stride + int64_t{kv_head * group + g} * D;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      qa[kk][0] = g < group ? *reinterpret_cast<const uint32_t*>(q + kk * 16 + 2 * t) : 0u;
+      qa[kk][1] = g < group ? *reinterpret_cast<const uint32_t*>(q + kk * 16 + 2 * t + 8) : 0u;
+    }
+  }
+
+  // This warp's tiles: w, w + 4, ... of the partition's ceil(n / 16); keys past `last` are
+  // zeros (a zero V row keeps 0 · V finite) and masked out of the scores.
+  const int32_t n_tiles = (last - first + kDmKeys - 1) / kDmKeys;
+  const int32_t my_tiles = warp < n_tiles ? (n_tiles - warp + kDmWarps - 1) / kDmWarps : 0;
+  // Tiles start at multiples of 16 from the partition's start (a multiple of 64): with a block
+  // size that is a multiple of 16 a tile lies in one KV block, found once a tile.
+  const bool tile_in_block = p.block_size % kDmKeys == 0;
+  const auto stage = [&](int s, int32_t key0) {
+    T* ks = staged + 2 * s * kTileElems;
+    T* vs = ks + kTileElems;
+    const int64_t tile_at = tile_in_block ? int64_t{table[key0 / p.block_size]} * block_stride + kv_head * head_stride +
+                                                int64_t{key0 % p.block_size} * D
+                                          : 0;
+    // Not unrolled: the copies are asynchronous, a loop issues them all the same, and an
+    // unrolled one holds every address in registers (160 of them at head_dim 128).
+#pragma unroll 1
+    for (int i = lane; i < kDmKeys * kRowChunks; i += 32) {
+      const int j = i / kRowChunks, c = (i % kRowChunks) * kVec;
+      const int32_t key = key0 + j;
+      const bool valid = key < last;
+      int64_t at = 0;
+      if (valid) {
+        at = tile_in_block ? tile_at + int64_t{j} * D + c
+                           : int64_t{table[key / p.block_size]} * block_stride + kv_head * head_stride +
+                                 int64_t{key % p.block_size} * D + c;
+      }
+      cp_async16(ks + j * kStride + c, p.k_cache + at, valid);
+      cp_async16(vs + j * kStride + c, p.v_cache + at, valid);
+    }
+    cp_async_commit();
+  };
+
+  // Row g's running max (log2 units, the same in its 4 lanes), this lane's part of its sum, and
+  // its output columns dn * 8 + 2t, 2t + 1.
+  float row_max = -INFINITY, row_sum = 0.0f;
+  float o[D / 8][2] = {};
+  if (my_tiles > 0) stage(0, first + warp * kDmKeys);
+  for (int32_t it = 0; it < my_tiles; ++it) {
+    const int32_t key0 = first + (warp + it * kDmWarps) * kDmKeys;
+    const int32_t next = key0 + kDmWarps * kDmKeys;
+    if (stages > 1 && it + 1 < my_tiles) {
+      stage((it + 1) % 2, next);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncwarp();  // every lane's copies of this tile are in shared memory
+    const T* ks = staged + 2 * (stages > 1 ? it % 2 : 0) * kTileElems;
+    const T* vs = ks + kTileElems;
+
+    // Scores: (16, 16) = Q (16, D) · Kᵀ, two 8-key tiles. B[k][n] = K[key n][dim k].
+    float sc[2][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const T* krow = ks + (nt * 8 + g) * kStride + kk * 16 + 2 * t;
+        mma16816<T>(sc[nt], a, *reinterpret_cast<const uint32_t*>(krow), *reinterpret_cast<const uint32_t*>(krow + 8),
+                    sc[nt]);
+      }
+    }
+    // Keys past the partition masked, scaled; the tile's max for row g across its 4 lanes (the
+    // tile's first key is always inside, so the max is finite).
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int32_t key = key0 + nt * 8 + 2 * t + e;
+        sc[nt][e] = key < last ? sc[nt][e] * scale_log2 : -INFINITY;
+        tile_max = fmaxf(tile_max, sc[nt][e]);
+      }
+    }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    const float new_max = fmaxf(row_max, tile_max);
+    const float rescale = exp2f(row_max - new_max);  // 0 on the first tile (row_max = -inf)
+    row_max = new_max;
+    const float p00 = exp2f(sc[0][0] - new_max), p01 = exp2f(sc[0][1] - new_max);
+    const float p10 = exp2f(sc[1][0] - new_max), p11 = exp2f(sc[1][1] - new_max);
+    row_sum = row_sum * rescale + (p00 + p01 + p10 + p11);
+    // P as the A fragment of one 16-key step: keys 2t, 2t + 1 (8-key tile 0) and 8 + 2t, 9 + 2t
+    // (tile 1) of row g; rows 8..15 zero.
+    const uint32_t pa[4] = {pack2<T>(p00, p01), 0u, pack2<T>(p10, p11), 0u};
+    // Output: (16, D) += P (16, 16) · V (16, D). B[k][n] = V[key k][dim n], transposed by ldmatrix.
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      uint32_t b0, b1;
+      ldmatrix_x2_trans(b0, b1, vs + (lane % 16) * kStride + dn * 8);
+      float acc[4] = {o[dn][0] * rescale, o[dn][1] * rescale, 0.0f, 0.0f};
+      mma16816<T>(acc, pa, b0, b1, acc);
+      o[dn][0] = acc[0];
+      o[dn][1] = acc[1];
+    }
+    __syncwarp();  // every lane is done with this stage before it is refilled
+    if (stages == 1 && it + 1 < my_tiles) stage(0, next);
+  }
+
+  // Merge the 4 warps: each writes row g's max, sum and output to shared memory (over the
+  // staged tiles, once every warp is done with them), then the block adds them up per row.
+  row_sum += __shfl_xor_sync(0xffffffffu, row_sum, 1);
+  row_sum += __shfl_xor_sync(0xffffffffu, row_sum, 2);
+  float* const mo = reinterpret_cast<float*>(dm_smem4);  // (warps, 8 rows, D)
+  float* const mm = mo + kDmWarps * 8 * D;                // (warps, 8)
+  float* const ml = mm + kDmWarps * 8;                    // (warps, 8)
+  __syncthreads();
+  if (g < group) {
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      mo[(warp * 8 + g) * D + dn * 8 + 2 * t] = o[dn][0];
+      mo[(warp * 8 + g) * D + dn * 8 + 2 * t + 1] = o[dn][1];
+    }
+    if (t == 0) {
+      mm[warp * 8 + g] = row_max;
+      ml[warp * 8 + g] = row_sum;
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < group * D; i += kDmWarps * 32) {
+    const int r = i / D, d = i % D;
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kDmWarps; ++w) m = fmaxf(m, mm[w * 8 + r]);  // warp 0 always saw a key
+    float total = 0.0f, sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kDmWarps; ++w) {
+      const float weight = exp2f(mm[w * 8 + r] - m);  // 0 for a warp without tiles (max -inf)
+      total += weight * mo[(w * 8 + r) * D + d];
+      sum += weight * ml[w * 8 + r];
+    }
+    blk.write<T, D>(p, kv_head * group + r, d, total, m * 0.6931471805599453f /* log2 to natural-log units */, sum);
   }
 }
 
@@ -837,6 +1048,27 @@ int64_t decode_attention_workspace_floats(int32_t n_seqs, int32_t num_heads, int
   return int64_t{n_seqs} * num_heads * decode_max_partitions(max_context) * (2 + head_dim);
 }
 
+namespace {
+
+// Whether decode_attention runs decode_mma_kernel for these arguments: bf16/fp16, head_dim a
+// multiple of 16 up to 128 (q rows are then read 4 bytes at a time: q_stride is a multiple of 8
+// values already), unless the CUDA cores are asked for. Throws when the tensor cores are asked
+// for and do not apply.
+bool decode_uses_tensor_cores(const DecodeAttentionArgs& a) {
+  const bool fits = a.dtype != DType::kF32 && a.head_dim % 16 == 0 && a.head_dim <= 128;
+  if (a.kernel == DecodeKernel::kTensorCores && !fits) {
+    throw CudaError("decode_attention: the tensor-core kernel needs bf16 or fp16 and head_dim a multiple of 16 up to "
+                    "128 (got " + std::string(dtype_name(a.dtype)) + ", head_dim " + std::to_string(a.head_dim) + ")");
+  }
+  return fits && a.kernel != DecodeKernel::kCudaCores;
+}
+
+}  // namespace
+
+const char* decode_attention_kernel(const DecodeAttentionArgs& a) {
+  return decode_uses_tensor_cores(a) ? "tensor cores" : "CUDA cores";
+}
+
 void decode_attention(const DecodeAttentionArgs& a, Stream stream) {
   check_heads("decode_attention", a.num_heads, a.num_kv_heads, a.block_size);
   require(a.n_seqs >= 0 && a.max_context >= 0 && a.n_seqs <= 65535,
@@ -856,12 +1088,29 @@ void decode_attention(const DecodeAttentionArgs& a, Stream stream) {
       constexpr int lanes = D / static_cast<int>(16 / sizeof(T));
       if constexpr (lanes >= 1 && lanes <= 32) {
         const dim3 grid(max_partitions, a.num_kv_heads, a.n_seqs);
-        if (a.num_heads / a.num_kv_heads <= 4) {
+        if (decode_uses_tensor_cores(a)) {
+          if constexpr (!std::is_same_v<T, float> && D % 16 == 0 && D <= 128) {
+            // Two tiles deep where a warp has two or more (partitions over 64 tokens), else one:
+            // 35 KB a block at head_dim 128 (6 blocks an SM), 70 KB (opted in once) at two.
+            const int stages = decode_partition_size(std::max(a.max_context, 1)) > kDmWarps * kDmKeys ? 2 : 1;
+            static const bool opted_in = [] {
+              check(cudaFuncSetAttribute(reinterpret_cast<const void*>(&decode_mma_kernel<T, D>),
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(decode_mma_shared_bytes<T, D>(2))),
+                    "decode_attention (tensor cores): raising the shared-memory limit");
+              return true;
+            }();
+            (void)opted_in;
+            decode_mma_kernel<T, D><<<grid, kDmWarps * 32, decode_mma_shared_bytes<T, D>(stages), stream>>>(p, stages);
+            check_launch("decode_attention (tensor cores)");
+          }
+        } else if (a.num_heads / a.num_kv_heads <= 4) {
           decode_partition_kernel<T, D, 4><<<grid, kDecodeThreads, 0, stream>>>(p);
+          check_launch("decode_attention (partitions)");
         } else {
           decode_partition_kernel<T, D, kMaxGroup><<<grid, kDecodeThreads, 0, stream>>>(p);
+          check_launch("decode_attention (partitions)");
         }
-        check_launch("decode_attention (partitions)");
         // Rounded up to whole 16-byte words: ptxas reads the tail of `weights` with one LDS.128
         // (seen in the sm_90 SASS), past the last partition. The GPU does not fault on that, but
         // compute-sanitizer's memcheck reports it as an out-of-bounds shared read.

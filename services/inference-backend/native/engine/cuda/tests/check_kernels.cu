@@ -404,7 +404,7 @@ void reference_attention(const PagedKv<T>& kv, size_t seq, const T* q, int32_t h
 }
 
 template <typename T>
-void check_decode(KvShape s, std::vector<int32_t> contexts) {
+void check_decode(KvShape s, std::vector<int32_t> contexts, DecodeKernel kernel = DecodeKernel::kAuto) {
   const int32_t n_seqs = int32_t(contexts.size()), width = s.num_heads * s.head_dim;
   PagedKv<T> kv(s, contexts);
   const int64_t q_stride = width + 2 * s.num_kv_heads * s.head_dim, out_stride = width + s.head_dim;
@@ -426,6 +426,7 @@ void check_decode(KvShape s, std::vector<int32_t> contexts) {
   a.n_seqs = n_seqs;
   a.max_context = max_context;
   a.workspace = d_ws.ptr;
+  a.kernel = kernel;
   decode_attention(a, nullptr);
   STRATA_CK(cudaDeviceSynchronize());
   const std::vector<T> got = d_out.download();
@@ -445,7 +446,8 @@ void check_decode(KvShape s, std::vector<int32_t> contexts) {
   std::string lens;
   for (int32_t c : contexts) lens += (lens.empty() ? "" : ",") + std::to_string(c);
   if (lens.size() > 24) lens = std::to_string(n_seqs) + " seqs to " + std::to_string(max_context - 100);
-  report.add("decode_attention", dtype_name(dtype_of<T>()),
+  const bool tensor_cores = std::string(decode_attention_kernel(a)) == "tensor cores";
+  report.add(tensor_cores ? "decode_attention (tc)" : "decode_attention", dtype_name(dtype_of<T>()),
              shape_text({{"h", s.num_heads}, {"kv", s.num_kv_heads}, {"d", s.head_dim}, {"bs", s.block_size}}) +
                  " ctx " + lens,
              compare(ref, out), std::is_same_v<T, float> ? 1e-5 : tolerance<T>());
@@ -537,6 +539,25 @@ void check_dtype() {
   check_decode<T>(tiny, {1, 2, 16, 17, 100, 511, 512, 513, 0});
   check_decode<T>(KvShape{8, 4, 8, 7, 0}, {1, 6, 7, 8, 600});
   check_decode<T>(KvShape{4, 4, 64, 16, 0}, {64, 1025});
+  if constexpr (!std::is_same_v<T, float>) {
+    // bf16/fp16 at head_dim 16..128 take the tensor-core kernel above; the CUDA-core kernel on
+    // the same cases, and the tensor-core kernel one tile deep (contexts to 1024: 64-token
+    // partitions), with a block size that cuts its 16-key tiles (7), and 8 query heads a KV head.
+    check_decode<T>(llama3, {1, 15, 16, 17, 63, 64, 65, 511, 512, 513, 1024, 1500, 0}, DecodeKernel::kCudaCores);
+    check_decode<T>(tiny, {1, 2, 16, 17, 100, 511, 512, 513, 0}, DecodeKernel::kCudaCores);
+    check_decode<T>(llama3, {1, 17, 64, 300, 900, 0}, DecodeKernel::kTensorCores);
+    check_decode<T>(KvShape{16, 2, 64, 7, 0}, {1, 63, 64, 65, 130, 1025, 2100}, DecodeKernel::kTensorCores);
+  }
+  {
+    // Asking for the tensor cores where they do not apply is an error, not a silent fallback.
+    bool refused = false;
+    try {
+      check_decode<T>(KvShape{8, 4, 8, 7, 0}, {5}, DecodeKernel::kTensorCores);  // head_dim 8
+    } catch (const CudaError&) {
+      refused = true;
+    }
+    report.add_exact("decode_attention refuses tc", dtype_name(dtype_of<T>()), "h8 kv4 d8 bs7", refused);
+  }
 
   // Prefill: whole prompts, chunks after cached tokens, rows past one query tile (32).
   check_prefill<T>(llama3, {0, 0, 48}, {1, 77, 33});

@@ -89,8 +89,16 @@ void copy_blocks(DType dtype, void* k_cache, void* v_cache, const int32_t* src, 
 // One query token per sequence (decode) over its paged KV, split-K: each sequence's context is
 // cut into about 16 partitions of 64 to kDecodePartition tokens (a power of two that depends
 // on that context alone), each scored by its own thread block for every query head of one KV
-// head (GQA), then a second kernel merges the partitions' softmax statistics.
+// head (GQA), then a second kernel merges the partitions' softmax statistics. Two kernels score
+// a partition: on tensor cores (bf16/fp16, head_dim a multiple of 16 up to 128: the group's
+// query heads are the rows of an mma tile, K and V come through shared memory by cp.async) and
+// on CUDA cores (everything else, fp32 included).
 inline constexpr int32_t kDecodePartition = 512;  // the largest partition
+
+// Which decode kernel scores the partitions: kAuto takes the tensor cores where they apply;
+// the other two force one (a benchmark's comparison, a check of both). kTensorCores throws
+// where it does not apply.
+enum class DecodeKernel { kAuto, kCudaCores, kTensorCores };
 
 // What both attention kernels read: the query and output rows, the paged KV cache and the
 // heads' shape.
@@ -114,9 +122,12 @@ struct DecodeAttentionArgs : PagedAttentionArgs {
   int32_t n_seqs = 0;
   int32_t max_context = 0;               // >= every context_lens[i]; sizes the grid (fixed under a CUDA graph)
   float* workspace = nullptr;            // decode_attention_workspace_floats(...) floats
+  DecodeKernel kernel = DecodeKernel::kAuto;
 };
 int64_t decode_attention_workspace_floats(int32_t n_seqs, int32_t num_heads, int32_t head_dim, int32_t max_context);
 void decode_attention(const DecodeAttentionArgs& args, Stream stream);
+// The kernel decode_attention would run for these arguments: "tensor cores" or "CUDA cores".
+const char* decode_attention_kernel(const DecodeAttentionArgs& args);
 
 // Causal attention for prompt chunks over paged KV (their own K/V already written by
 // rope_write_kv): query j of a slice sits at position start_pos + j and attends to keys
