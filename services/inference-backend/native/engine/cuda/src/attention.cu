@@ -115,25 +115,31 @@ struct DecodeParams : PagedParams<T> {
   float* ws_out;  // (n_seqs, num_heads, max_partitions, head_dim)
 };
 
-// The partition a decode block scores, from blockIdx = (partition, KV head, sequence): keys
-// [first, last) of the sequence's context.
+// What a decode block scores, from blockIdx = (·, KV head, sequence): partition blockIdx.x of
+// the sequence's context (the CUDA-core kernel), or partitions blockIdx.x, blockIdx.x +
+// gridDim.x, ... (the tensor-core kernel, whose grid's width is decode_grid_partitions'
+// choice), each keys [first, last). A partition's result does not depend on which block
+// scores it.
 struct DecodeBlock {
-  int32_t seq, kv_head, partition, first, last, group, num_partitions;
+  int32_t seq, kv_head, context, size, group, num_partitions;
+  int32_t partition = 0, first = 0, last = 0;  // the partition being scored (select)
 
-  // False when the sequence has fewer partitions than the grid (the reduce reads only its own).
+  // False when the sequence has no context (a padding row: the reduce writes its zeros).
   template <typename T>
   __device__ bool init(const DecodeParams<T>& p) {
     seq = blockIdx.z;
     kv_head = blockIdx.y;
-    partition = blockIdx.x;
-    const int32_t context = min(p.context_lens[seq], p.max_context);
-    const int32_t size = decode_partition_size(context);
-    first = partition * size;
-    if (first >= context) return false;
-    last = min(context, first + size);
+    context = min(p.context_lens[seq], p.max_context);
+    if (context <= 0) return false;
+    size = decode_partition_size(context);
     group = p.num_heads / p.num_kv_heads;
     num_partitions = (context + size - 1) / size;
     return true;
+  }
+  __device__ void select(int32_t part) {
+    partition = part;
+    first = part * size;
+    last = min(context, first + size);
   }
 
   // Dim d of query head `head`: the output itself when the context is one partition, else the
@@ -167,7 +173,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_partition_kernel(Decode
   __shared__ float stat_max[G], stat_sum[G];
 
   DecodeBlock blk{};
-  if (!blk.init(p)) return;
+  if (!blk.init(p) || int32_t(blockIdx.x) >= blk.num_partitions) return;  // the reduce reads only its own
+  blk.select(blockIdx.x);  // one partition a block: the grid is as wide as max_context's partitions
   const int32_t seq = blk.seq, kv_head = blk.kv_head, first = blk.first, last = blk.last, group = blk.group;
   const int32_t n = last - first;
 
@@ -354,7 +361,8 @@ __global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<
 
   DecodeBlock blk{};
   if (!blk.init(p)) return;
-  const int32_t seq = blk.seq, kv_head = blk.kv_head, first = blk.first, last = blk.last, group = blk.group;
+  const int32_t seq = blk.seq, kv_head = blk.kv_head, group = blk.group;
+  int32_t first = 0, last = 0;  // the partition being scored
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int32_t* table = p.block_tables + int64_t{seq} * p.block_table_stride;
   const int64_t head_stride = int64_t{p.block_size} * D;
@@ -374,10 +382,8 @@ __global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<
     }
   }
 
-  // This warp's tiles: w, w + 4, ... of the partition's ceil(n / 16); keys past `last` are
+  // This warp's tiles of a partition: w, w + 4, ... of its ceil(n / 16); keys past `last` are
   // zeros (a zero V row keeps 0 · V finite) and masked out of the scores.
-  const int32_t n_tiles = (last - first + kDmKeys - 1) / kDmKeys;
-  const int32_t my_tiles = warp < n_tiles ? (n_tiles - warp + kDmWarps - 1) / kDmWarps : 0;
   // Tiles start at multiples of 16 from the partition's start (a multiple of 64): with a block
   // size that is a multiple of 16 a tile lies in one KV block, found once a tile.
   const bool tile_in_block = p.block_size % kDmKeys == 0;
@@ -406,106 +412,116 @@ __global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<
     cp_async_commit();
   };
 
-  // Row g's running max (log2 units, the same in its 4 lanes), this lane's part of its sum, and
-  // its output columns dn * 8 + 2t, 2t + 1.
-  float row_max = -INFINITY, row_sum = 0.0f;
-  float o[D / 8][2] = {};
-  if (my_tiles > 0) stage(0, first + warp * kDmKeys);
-  for (int32_t it = 0; it < my_tiles; ++it) {
-    const int32_t key0 = first + (warp + it * kDmWarps) * kDmKeys;
-    const int32_t next = key0 + kDmWarps * kDmKeys;
-    if (stages > 1 && it + 1 < my_tiles) {
-      stage((it + 1) % 2, next);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncwarp();  // every lane's copies of this tile are in shared memory
-    const T* ks = staged + 2 * (stages > 1 ? it % 2 : 0) * kTileElems;
-    const T* vs = ks + kTileElems;
+#pragma unroll 1
+  for (int32_t part = blockIdx.x; part < blk.num_partitions; part += gridDim.x) {
+    blk.select(part);
+    first = blk.first;
+    last = blk.last;
+    const int32_t n_tiles = (last - first + kDmKeys - 1) / kDmKeys;
+    const int32_t my_tiles = warp < n_tiles ? (n_tiles - warp + kDmWarps - 1) / kDmWarps : 0;
 
-    // Scores: (16, 16) = Q (16, D) · Kᵀ, two 8-key tiles. B[k][n] = K[key n][dim k].
-    float sc[2][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
-#pragma unroll
+    // Row g's running max (log2 units, the same in its 4 lanes), this lane's part of its sum, and
+    // its output columns dn * 8 + 2t, 2t + 1.
+    float row_max = -INFINITY, row_sum = 0.0f;
+    float o[D / 8][2] = {};
+    if (my_tiles > 0) stage(0, first + warp * kDmKeys);
+    for (int32_t it = 0; it < my_tiles; ++it) {
+      const int32_t key0 = first + (warp + it * kDmWarps) * kDmKeys;
+      const int32_t next = key0 + kDmWarps * kDmKeys;
+      if (stages > 1 && it + 1 < my_tiles) {
+        stage((it + 1) % 2, next);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncwarp();  // every lane's copies of this tile are in shared memory
+      const T* ks = staged + 2 * (stages > 1 ? it % 2 : 0) * kTileElems;
+      const T* vs = ks + kTileElems;
+
+      // Scores: (16, 16) = Q (16, D) · Kᵀ, two 8-key tiles. B[k][n] = K[key n][dim k].
+      float sc[2][4] = {};
+  #pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
+  #pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const T* krow = ks + (nt * 8 + g) * kStride + kk * 16 + 2 * t;
+          mma16816<T>(sc[nt], a, *reinterpret_cast<const uint32_t*>(krow), *reinterpret_cast<const uint32_t*>(krow + 8),
+                      sc[nt]);
+        }
+      }
+      // Keys past the partition masked, scaled; the tile's max for row g across its 4 lanes (the
+      // tile's first key is always inside, so the max is finite).
+      float tile_max = -INFINITY;
+  #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
-        const T* krow = ks + (nt * 8 + g) * kStride + kk * 16 + 2 * t;
-        mma16816<T>(sc[nt], a, *reinterpret_cast<const uint32_t*>(krow), *reinterpret_cast<const uint32_t*>(krow + 8),
-                    sc[nt]);
+  #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int32_t key = key0 + nt * 8 + 2 * t + e;
+          sc[nt][e] = key < last ? sc[nt][e] * scale_log2 : -INFINITY;
+          tile_max = fmaxf(tile_max, sc[nt][e]);
+        }
       }
-    }
-    // Keys past the partition masked, scaled; the tile's max for row g across its 4 lanes (the
-    // tile's first key is always inside, so the max is finite).
-    float tile_max = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int32_t key = key0 + nt * 8 + 2 * t + e;
-        sc[nt][e] = key < last ? sc[nt][e] * scale_log2 : -INFINITY;
-        tile_max = fmaxf(tile_max, sc[nt][e]);
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+      const float new_max = fmaxf(row_max, tile_max);
+      const float rescale = exp2f(row_max - new_max);  // 0 on the first tile (row_max = -inf)
+      row_max = new_max;
+      const float p00 = exp2f(sc[0][0] - new_max), p01 = exp2f(sc[0][1] - new_max);
+      const float p10 = exp2f(sc[1][0] - new_max), p11 = exp2f(sc[1][1] - new_max);
+      row_sum = row_sum * rescale + (p00 + p01 + p10 + p11);
+      // P as the A fragment of one 16-key step: keys 2t, 2t + 1 (8-key tile 0) and 8 + 2t, 9 + 2t
+      // (tile 1) of row g; rows 8..15 zero.
+      const uint32_t pa[4] = {pack2<T>(p00, p01), 0u, pack2<T>(p10, p11), 0u};
+      // Output: (16, D) += P (16, 16) · V (16, D). B[k][n] = V[key k][dim n], transposed by ldmatrix.
+  #pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn) {
+        uint32_t b0, b1;
+        ldmatrix_x2_trans(b0, b1, vs + (lane % 16) * kStride + dn * 8);
+        float acc[4] = {o[dn][0] * rescale, o[dn][1] * rescale, 0.0f, 0.0f};
+        mma16816<T>(acc, pa, b0, b1, acc);
+        o[dn][0] = acc[0];
+        o[dn][1] = acc[1];
       }
+      __syncwarp();  // every lane is done with this stage before it is refilled
+      if (stages == 1 && it + 1 < my_tiles) stage(0, next);
     }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-    const float new_max = fmaxf(row_max, tile_max);
-    const float rescale = exp2f(row_max - new_max);  // 0 on the first tile (row_max = -inf)
-    row_max = new_max;
-    const float p00 = exp2f(sc[0][0] - new_max), p01 = exp2f(sc[0][1] - new_max);
-    const float p10 = exp2f(sc[1][0] - new_max), p11 = exp2f(sc[1][1] - new_max);
-    row_sum = row_sum * rescale + (p00 + p01 + p10 + p11);
-    // P as the A fragment of one 16-key step: keys 2t, 2t + 1 (8-key tile 0) and 8 + 2t, 9 + 2t
-    // (tile 1) of row g; rows 8..15 zero.
-    const uint32_t pa[4] = {pack2<T>(p00, p01), 0u, pack2<T>(p10, p11), 0u};
-    // Output: (16, D) += P (16, 16) · V (16, D). B[k][n] = V[key k][dim n], transposed by ldmatrix.
-#pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
-      uint32_t b0, b1;
-      ldmatrix_x2_trans(b0, b1, vs + (lane % 16) * kStride + dn * 8);
-      float acc[4] = {o[dn][0] * rescale, o[dn][1] * rescale, 0.0f, 0.0f};
-      mma16816<T>(acc, pa, b0, b1, acc);
-      o[dn][0] = acc[0];
-      o[dn][1] = acc[1];
-    }
-    __syncwarp();  // every lane is done with this stage before it is refilled
-    if (stages == 1 && it + 1 < my_tiles) stage(0, next);
-  }
 
-  // Merge the 4 warps: each writes row g's max, sum and output to shared memory (over the
-  // staged tiles, once every warp is done with them), then the block adds them up per row.
-  row_sum += __shfl_xor_sync(0xffffffffu, row_sum, 1);
-  row_sum += __shfl_xor_sync(0xffffffffu, row_sum, 2);
-  float* const mo = reinterpret_cast<float*>(dm_smem4);  // (warps, 8 rows, D)
-  float* const mm = mo + kDmWarps * 8 * D;                // (warps, 8)
-  float* const ml = mm + kDmWarps * 8;                    // (warps, 8)
-  __syncthreads();
-  if (g < group) {
-#pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
-      mo[(warp * 8 + g) * D + dn * 8 + 2 * t] = o[dn][0];
-      mo[(warp * 8 + g) * D + dn * 8 + 2 * t + 1] = o[dn][1];
+    // Merge the 4 warps: each writes row g's max, sum and output to shared memory (over the
+    // staged tiles, once every warp is done with them), then the block adds them up per row.
+    row_sum += __shfl_xor_sync(0xffffffffu, row_sum, 1);
+    row_sum += __shfl_xor_sync(0xffffffffu, row_sum, 2);
+    float* const mo = reinterpret_cast<float*>(dm_smem4);  // (warps, 8 rows, D)
+    float* const mm = mo + kDmWarps * 8 * D;                // (warps, 8)
+    float* const ml = mm + kDmWarps * 8;                    // (warps, 8)
+    __syncthreads();
+    if (g < group) {
+  #pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn) {
+        mo[(warp * 8 + g) * D + dn * 8 + 2 * t] = o[dn][0];
+        mo[(warp * 8 + g) * D + dn * 8 + 2 * t + 1] = o[dn][1];
+      }
+      if (t == 0) {
+        mm[warp * 8 + g] = row_max;
+        ml[warp * 8 + g] = row_sum;
+      }
     }
-    if (t == 0) {
-      mm[warp * 8 + g] = row_max;
-      ml[warp * 8 + g] = row_sum;
+    __syncthreads();
+    for (int i = tid; i < group * D; i += kDmWarps * 32) {
+      const int r = i / D, d = i % D;
+      float m = -INFINITY;
+  #pragma unroll
+      for (int w = 0; w < kDmWarps; ++w) m = fmaxf(m, mm[w * 8 + r]);  // warp 0 always saw a key
+      float total = 0.0f, sum = 0.0f;
+  #pragma unroll
+      for (int w = 0; w < kDmWarps; ++w) {
+        const float weight = exp2f(mm[w * 8 + r] - m);  // 0 for a warp without tiles (max -inf)
+        total += weight * mo[(w * 8 + r) * D + d];
+        sum += weight * ml[w * 8 + r];
+      }
+      blk.write<T, D>(p, kv_head * group + r, d, total, m * 0.6931471805599453f /* log2 to natural-log units */, sum);
     }
-  }
-  __syncthreads();
-  for (int i = tid; i < group * D; i += kDmWarps * 32) {
-    const int r = i / D, d = i % D;
-    float m = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kDmWarps; ++w) m = fmaxf(m, mm[w * 8 + r]);  // warp 0 always saw a key
-    float total = 0.0f, sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kDmWarps; ++w) {
-      const float weight = exp2f(mm[w * 8 + r] - m);  // 0 for a warp without tiles (max -inf)
-      total += weight * mo[(w * 8 + r) * D + d];
-      sum += weight * ml[w * 8 + r];
-    }
-    blk.write<T, D>(p, kv_head * group + r, d, total, m * 0.6931471805599453f /* log2 to natural-log units */, sum);
+    __syncthreads();  // the next partition's copies reuse the merge's shared memory
   }
 }
 
@@ -1063,6 +1079,23 @@ bool decode_uses_tensor_cores(const DecodeAttentionArgs& a) {
   return fits && a.kernel != DecodeKernel::kCudaCores;
 }
 
+// The decode grid's width along the context. Under a CUDA graph max_context is max_model_len,
+// whose partitions (256 at 131,072 tokens) would be as many blocks per KV head and sequence,
+// nearly all exiting at once at ordinary contexts; at a large batch that is hundreds of
+// thousands of empty blocks a layer. So: every partition its own block while the batch leaves
+// the GPU short of about 16 blocks per SM, fewer (each block looping over its partitions)
+// beyond, and never under kDecodeTargetPartitions, so that contexts up to 8,192 tokens keep a
+// block per partition.
+int32_t decode_grid_partitions(const DecodeAttentionArgs& a, int32_t max_partitions) {
+  if (a.grid_partitions > 0) return std::min(a.grid_partitions, max_partitions);
+  int device = 0, sms = 0;
+  check(cudaGetDevice(&device), "decode_attention: cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "decode_attention: SM count");
+  const int64_t pairs = std::max<int64_t>(int64_t{a.n_seqs} * a.num_kv_heads, 1);
+  const int64_t wanted = (int64_t{sms} * 16 + pairs - 1) / pairs;
+  return int32_t(std::clamp<int64_t>(wanted, std::min(kDecodeTargetPartitions, max_partitions), max_partitions));
+}
+
 }  // namespace
 
 const char* decode_attention_kernel(const DecodeAttentionArgs& a) {
@@ -1071,8 +1104,8 @@ const char* decode_attention_kernel(const DecodeAttentionArgs& a) {
 
 void decode_attention(const DecodeAttentionArgs& a, Stream stream) {
   check_heads("decode_attention", a.num_heads, a.num_kv_heads, a.block_size);
-  require(a.n_seqs >= 0 && a.max_context >= 0 && a.n_seqs <= 65535,
-          "decode_attention: n_seqs in 0..65535 and max_context >= 0");
+  require(a.n_seqs >= 0 && a.max_context >= 0 && a.n_seqs <= 65535 && a.grid_partitions >= 0,
+          "decode_attention: n_seqs in 0..65535, max_context >= 0 and grid_partitions >= 0");
   if (a.n_seqs == 0) return;
   const int32_t max_partitions = decode_max_partitions(a.max_context);
   require(max_partitions == 1 || a.workspace != nullptr, "decode_attention: a context over one partition needs a workspace");
@@ -1101,7 +1134,8 @@ void decode_attention(const DecodeAttentionArgs& a, Stream stream) {
               return true;
             }();
             (void)opted_in;
-            decode_mma_kernel<T, D><<<grid, kDmWarps * 32, decode_mma_shared_bytes<T, D>(stages), stream>>>(p, stages);
+            const dim3 mma_grid(decode_grid_partitions(a, max_partitions), a.num_kv_heads, a.n_seqs);
+            decode_mma_kernel<T, D><<<mma_grid, kDmWarps * 32, decode_mma_shared_bytes<T, D>(stages), stream>>>(p, stages);
             check_launch("decode_attention (tensor cores)");
           }
         } else if (a.num_heads / a.num_kv_heads <= 4) {

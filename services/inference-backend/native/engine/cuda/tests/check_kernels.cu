@@ -403,54 +403,109 @@ void reference_attention(const PagedKv<T>& kv, size_t seq, const T* q, int32_t h
   }
 }
 
+// Decode attention over a PagedKv: the query rows, and decode_attention's output rows for a
+// kernel and grid width (0: decode_attention's own choice).
 template <typename T>
-void check_decode(KvShape s, std::vector<int32_t> contexts, DecodeKernel kernel = DecodeKernel::kAuto) {
-  const int32_t n_seqs = int32_t(contexts.size()), width = s.num_heads * s.head_dim;
-  PagedKv<T> kv(s, contexts);
-  const int64_t q_stride = width + 2 * s.num_kv_heads * s.head_dim, out_stride = width + s.head_dim;
-  const std::vector<T> q = convert<T>(random_floats(size_t(n_seqs) * q_stride));
-  const int32_t max_context = *std::max_element(contexts.begin(), contexts.end()) + 100;  // a looser bound, as a graph has
-  const double scale = 1.0 / std::sqrt(double(s.head_dim));
+struct DecodeRun {
+  KvShape s;
+  std::vector<int32_t> contexts;
+  int32_t n_seqs, width;
+  PagedKv<T> kv;
+  int64_t q_stride, out_stride;
+  std::vector<T> q;
+  int32_t max_context;  // a looser bound than the longest context, as a graph has
+  double scale;
+  DecodeRun(KvShape shape, std::vector<int32_t> ctx)
+      : s(shape),
+        contexts(std::move(ctx)),
+        n_seqs(int32_t(contexts.size())),
+        width(s.num_heads * s.head_dim),
+        kv(s, contexts),
+        q_stride(width + 2 * s.num_kv_heads * s.head_dim),
+        out_stride(width + s.head_dim),
+        q(convert<T>(random_floats(size_t(n_seqs) * q_stride))),
+        max_context(*std::max_element(contexts.begin(), contexts.end()) + 100),
+        scale(1.0 / std::sqrt(double(s.head_dim))) {}
 
-  const DevicePagedKv<T> d_kv(kv);
-  DeviceBuffer<T> d_q(q.size()), d_out(size_t(n_seqs) * out_stride);
-  DeviceBuffer<int32_t> d_ctx(n_seqs);
-  DeviceBuffer<float> d_ws(decode_attention_workspace_floats(n_seqs, s.num_heads, s.head_dim, max_context));
-  d_q.upload(q);
-  d_ctx.upload(contexts);
-  d_out.poison();
-  d_ws.poison();
-  DecodeAttentionArgs a;
-  d_kv.fill(a, d_q.ptr, q_stride, d_out.ptr, out_stride, scale);
-  a.context_lens = d_ctx.ptr;
-  a.n_seqs = n_seqs;
-  a.max_context = max_context;
-  a.workspace = d_ws.ptr;
-  a.kernel = kernel;
-  decode_attention(a, nullptr);
-  STRATA_CK(cudaDeviceSynchronize());
-  const std::vector<T> got = d_out.download();
+  DecodeAttentionArgs args(DecodeKernel kernel, int32_t grid) const {
+    DecodeAttentionArgs a;
+    a.context_lens = nullptr;
+    a.n_seqs = n_seqs;
+    a.max_context = max_context;
+    a.kernel = kernel;
+    a.grid_partitions = grid;
+    a.dtype = dtype_of<T>();
+    a.head_dim = s.head_dim;
+    return a;
+  }
+  std::vector<T> run(DecodeKernel kernel, int32_t grid) const {
+    const DevicePagedKv<T> d_kv(kv);
+    DeviceBuffer<T> d_q(q.size()), d_out(size_t(n_seqs) * out_stride);
+    DeviceBuffer<int32_t> d_ctx(n_seqs);
+    DeviceBuffer<float> d_ws(decode_attention_workspace_floats(n_seqs, s.num_heads, s.head_dim, max_context));
+    d_q.upload(q);
+    d_ctx.upload(contexts);
+    d_out.poison();
+    d_ws.poison();
+    DecodeAttentionArgs a = args(kernel, grid);
+    d_kv.fill(a, d_q.ptr, q_stride, d_out.ptr, out_stride, scale);
+    a.context_lens = d_ctx.ptr;
+    a.workspace = d_ws.ptr;
+    decode_attention(a, nullptr);
+    STRATA_CK(cudaDeviceSynchronize());
+    return d_out.download();
+  }
+  std::string what() const {
+    std::string lens;
+    for (int32_t c : contexts) lens += (lens.empty() ? "" : ",") + std::to_string(c);
+    if (lens.size() > 24) lens = std::to_string(n_seqs) + " seqs to " + std::to_string(max_context - 100);
+    return shape_text({{"h", s.num_heads}, {"kv", s.num_kv_heads}, {"d", s.head_dim}, {"bs", s.block_size}}) +
+           " ctx " + lens;
+  }
+};
+
+template <typename T>
+void check_decode(KvShape s, std::vector<int32_t> contexts, DecodeKernel kernel = DecodeKernel::kAuto,
+                  int32_t grid = 0) {
+  const DecodeRun<T> r(s, std::move(contexts));
+  const int32_t n_seqs = r.n_seqs;
+  const int64_t q_stride = r.q_stride, out_stride = r.out_stride;
+  const std::vector<T>& q = r.q;
+  const double scale = r.scale;
+  const std::vector<T> got = r.run(kernel, grid);
+  const PagedKv<T>& kv = r.kv;
 
   std::vector<double> ref;
   std::vector<T> out;
   std::vector<double> row(s.head_dim);
   for (int32_t i = 0; i < n_seqs; ++i) {
     for (int32_t h = 0; h < s.num_heads; ++h) {
-      reference_attention(kv, i, q.data() + size_t(i) * q_stride + h * s.head_dim, h, contexts[i], scale, row.data());
+      reference_attention(kv, i, q.data() + size_t(i) * q_stride + h * s.head_dim, h, r.contexts[i], scale, row.data());
       for (int32_t d = 0; d < s.head_dim; ++d) {
         ref.push_back(row[d]);
         out.push_back(got[size_t(i) * out_stride + h * s.head_dim + d]);
       }
     }
   }
-  std::string lens;
-  for (int32_t c : contexts) lens += (lens.empty() ? "" : ",") + std::to_string(c);
-  if (lens.size() > 24) lens = std::to_string(n_seqs) + " seqs to " + std::to_string(max_context - 100);
-  const bool tensor_cores = std::string(decode_attention_kernel(a)) == "tensor cores";
+  const bool tensor_cores = std::string(decode_attention_kernel(r.args(kernel, grid))) == "tensor cores";
   report.add(tensor_cores ? "decode_attention (tc)" : "decode_attention", dtype_name(dtype_of<T>()),
-             shape_text({{"h", s.num_heads}, {"kv", s.num_kv_heads}, {"d", s.head_dim}, {"bs", s.block_size}}) +
-                 " ctx " + lens,
-             compare(ref, out), std::is_same_v<T, float> ? 1e-5 : tolerance<T>());
+             r.what() + (grid > 0 ? " grid " + std::to_string(grid) : ""), compare(ref, out),
+             std::is_same_v<T, float> ? 1e-5 : tolerance<T>());
+}
+
+// The tensor-core kernel's grid width along the context changes which block scores a
+// partition, never the result: the output bytes at widths 1 and 3 equal those at
+// decode_attention's own choice.
+template <typename T>
+void check_decode_grid(KvShape s, std::vector<int32_t> contexts) {
+  const DecodeRun<T> r(s, std::move(contexts));
+  const std::vector<T> chosen = r.run(DecodeKernel::kTensorCores, 0);
+  for (const int32_t grid : {1, 3}) {
+    const std::vector<T> got = r.run(DecodeKernel::kTensorCores, grid);
+    const bool same = std::memcmp(got.data(), chosen.data(), got.size() * sizeof(T)) == 0;
+    report.add_exact("decode grid-invariant (tc)", dtype_name(dtype_of<T>()), r.what() + " grid " + std::to_string(grid),
+                     same);
+  }
 }
 
 // Chunked prefill: slice i has start_pos[i] cached tokens and n[i] new queries.
@@ -547,6 +602,10 @@ void check_dtype() {
     check_decode<T>(tiny, {1, 2, 16, 17, 100, 511, 512, 513, 0}, DecodeKernel::kCudaCores);
     check_decode<T>(llama3, {1, 17, 64, 300, 900, 0}, DecodeKernel::kTensorCores);
     check_decode<T>(KvShape{16, 2, 64, 7, 0}, {1, 63, 64, 65, 130, 1025, 2100}, DecodeKernel::kTensorCores);
+    // Blocks looping over partitions (a grid narrower than the partitions), against float64
+    // and byte for byte against the chosen grid.
+    check_decode<T>(llama3, {1, 65, 1500}, DecodeKernel::kTensorCores, 3);
+    check_decode_grid<T>(llama3, {1, 64, 65, 1024, 1500, 0});
   }
   {
     // Asking for the tensor cores where they do not apply is an error, not a silent fallback.

@@ -123,6 +123,12 @@ struct DecodeAttentionArgs : PagedAttentionArgs {
   int32_t max_context = 0;               // >= every context_lens[i]; sizes the grid (fixed under a CUDA graph)
   float* workspace = nullptr;            // decode_attention_workspace_floats(...) floats
   DecodeKernel kernel = DecodeKernel::kAuto;
+  // The tensor-core kernel's thread blocks per (KV head, sequence) along the context, each
+  // scoring every grid_partitions-th partition: 0 = chosen from the batch and the GPU (every
+  // partition of max_context its own block until the batch fills the GPU, never under 16);
+  // capped at max_context's partitions. The result does not depend on it. The CUDA-core kernel
+  // always has a block per partition of max_context.
+  int32_t grid_partitions = 0;
 };
 int64_t decode_attention_workspace_floats(int32_t n_seqs, int32_t num_heads, int32_t head_dim, int32_t max_context);
 void decode_attention(const DecodeAttentionArgs& args, Stream stream);
