@@ -330,7 +330,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_reduce_kernel(DecodePar
 }
 
 // Decode on tensor cores (bf16/fp16, head_dim 16 to 128 in whole 16-wide mma steps): the same
-// grid, partitions and workspace as decode_partition_kernel, and the same reduce after it.
+// partitions and workspace as decode_partition_kernel, and the same reduce after it; its grid
+// may be narrower than the partitions (decode_grid_partitions), a block then looping over them.
 // The group's query heads are rows 0..group-1 of a 16-row mma tile (the rest are zeros), so a
 // 16-key step costs 2 × D/16 mma.sync for the scores and D/8 for P·V, where the CUDA-core
 // kernel spends about 2 × group × D FMAs per key and lane-group shuffles per score. Each of the
@@ -1088,9 +1089,14 @@ bool decode_uses_tensor_cores(const DecodeAttentionArgs& a) {
 // block per partition.
 int32_t decode_grid_partitions(const DecodeAttentionArgs& a, int32_t max_partitions) {
   if (a.grid_partitions > 0) return std::min(a.grid_partitions, max_partitions);
-  int device = 0, sms = 0;
-  check(cudaGetDevice(&device), "decode_attention: cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "decode_attention: SM count");
+  // Asked once, on the first call (which runs eagerly, before any graph capture), so that no
+  // capture makes the query; a process's GPUs are taken to be of one kind.
+  static const int sms = [] {
+    int device = 0, count = 0;
+    check(cudaGetDevice(&device), "decode_attention: cudaGetDevice");
+    check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "decode_attention: SM count");
+    return count;
+  }();
   const int64_t pairs = std::max<int64_t>(int64_t{a.n_seqs} * a.num_kv_heads, 1);
   const int64_t wanted = (int64_t{sms} * 16 + pairs - 1) / pairs;
   return int32_t(std::clamp<int64_t>(wanted, std::min(kDecodeTargetPartitions, max_partitions), max_partitions));
