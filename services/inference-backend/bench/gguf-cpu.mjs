@@ -4,7 +4,7 @@
 // the other (the order alternates), each in its own process, so both see the same machine.
 //   node services/inference-backend/bench/gguf-cpu.mjs --llama-bench PATH/llama-batched-bench
 //     [--model FILE.gguf] [--threads 1,2] [--npl 1,8,32,128] [--pp 128] [--tg 128] [--repeats 3]
-//     [--max-batched-tokens 2048]
+//     [--max-batched-tokens 2048] [--kv-cache-dtype auto|float32|float16]
 // Each side: for each count of parallel sequences (npl), npl distinct random prompts of pp tokens
 // are prefilled together, then each sequence generates tg tokens. Prefill tokens/s =
 // npl * pp / prefill time; decode tokens/s = tokens after the prefill / decode time. Strata's
@@ -36,6 +36,8 @@ const { values } = parseArgs({
     repeats: { type: 'string', default: '3' },
     // Strata's token budget per engine step (STRATA_MAX_NUM_BATCHED_TOKENS): its step buffers' size.
     'max-batched-tokens': { type: 'string', default: '2048' },
+    // Strata's KV cache (STRATA_KV_CACHE_DTYPE): auto is f16 for this GGUF, as llama.cpp's default.
+    'kv-cache-dtype': { type: 'string', default: 'auto' },
     child: { type: 'string' },
     out: { type: 'string', default: join(repo, 'docs', 'benchmarks', 'gguf-cpu.json') },
   },
@@ -61,6 +63,7 @@ async function strataChild(threads) {
     maxNumSeqs: maxSeqs,
     maxNumBatchedTokens: Number(values['max-batched-tokens']),
     maxModelLen: pp + tg + 16,
+    kvCacheDtype: values['kv-cache-dtype'],
   });
   const kvBytes = engine.info.engine.kvBytesPerBlock * (maxSeqs * blocksPerSeq + 16);
   let seed = 1;
@@ -139,6 +142,8 @@ function runStrata(threads) {
       String(tg),
       '--max-batched-tokens',
       values['max-batched-tokens'],
+      '--kv-cache-dtype',
+      values['kv-cache-dtype'],
     ],
     { encoding: 'utf8', maxBuffer: 1 << 26 },
   );

@@ -35,8 +35,14 @@ export const configSchema = baseServiceSchema.extend({
       numBlocks: nonNegativeInt(0),
       kvCacheBytes: nonNegativeInt(0),
       kvMemoryFraction: z.coerce.number().gt(0).max(0.95).default(0.2),
-      /** CUDA backend: weights, activations and KV dtype (the CPU backend is always float32). */
+      /** CUDA backend: weights, activations and KV dtype (the CPU backend computes in float32). */
       dtype: z.enum(['bfloat16', 'float16', 'float32']).default('bfloat16'),
+      /**
+       * The KV cache's elements (vLLM's --kv-cache-dtype). CPU: auto = float16 for a GGUF model's
+       * quantized weights (as llama.cpp: half the memory and the bytes attention reads), float32
+       * otherwise; float32 or float16 by name. CUDA: auto or its dtype.
+       */
+      kvCacheDtype: z.enum(['auto', 'float32', 'float16', 'bfloat16']).default('auto'),
       /** CUDA backend: share of the GPU's memory for weights, activations and the KV pool. */
       gpuMemoryUtilization: z.coerce.number().gt(0).max(1).default(0.9),
       /** CUDA backend: decode steps replay CUDA graphs (false: every step eager, as vLLM's --enforce-eager). */
@@ -84,6 +90,7 @@ export const configEnv: EnvMap = {
   'engine.kvCacheBytes': 'STRATA_KV_CACHE_BYTES',
   'engine.kvMemoryFraction': 'STRATA_KV_MEMORY_FRACTION',
   'engine.dtype': 'STRATA_DTYPE',
+  'engine.kvCacheDtype': 'STRATA_KV_CACHE_DTYPE',
   'engine.gpuMemoryUtilization': 'STRATA_GPU_MEMORY_UTILIZATION',
   'engine.cudaGraphs': 'STRATA_CUDA_GRAPHS',
   'engine.gpuSampling': 'STRATA_GPU_SAMPLING',

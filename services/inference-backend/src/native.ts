@@ -65,6 +65,11 @@ export interface NativeLoadOptions {
   kvMemoryFraction?: number;
   /** CUDA backend: bfloat16 (default), float16 or float32; the CPU backend is always float32. */
   dtype?: 'bfloat16' | 'float16' | 'float32';
+  /**
+   * The KV pool's elements. CPU: 'auto' (default) = float16 for a GGUF model's quantized weights (as
+   * llama.cpp), float32 otherwise; or either by name. CUDA: its dtype ('auto' or that name).
+   */
+  kvCacheDtype?: 'auto' | 'float32' | 'float16' | 'bfloat16';
   /** CUDA backend: share of the GPU's memory for weights, activations and the KV pool (0.9). */
   gpuMemoryUtilization?: number;
   /** CUDA backend: replay CUDA graphs for decode steps of up to 256 sequences (default true). */
@@ -201,8 +206,10 @@ export interface NativeEngineInfo {
   kernelIsa: string;
   /** "cpu", or the GPU's name. */
   device: string;
-  /** Activations and KV (and the weights unless quantized): float32 on the CPU backend. */
+  /** Activations (and the weights unless quantized): float32 on the CPU backend. */
   dtype: 'float32' | 'bfloat16' | 'float16';
+  /** The KV pool's elements (kvCacheDtype resolved): the CPU backend's float32 or float16, the CUDA backend's dtype. */
+  kvCacheDtype: 'float32' | 'bfloat16' | 'float16';
   /** The weights' format: the dtype, or the block types of a GGUF's quantized matrices ("Q4_1 + Q8_0"). */
   weights: string;
   threads: number;

@@ -43,6 +43,8 @@ describe.skipIf(!tiny.path)(`model load time and throughput${tiny.skipped}`, () 
     // The whole load (tokenizer and chat template included) takes at least the engine's part.
     expect(loaded.load_seconds).toBeGreaterThanOrEqual(engineSeconds);
     expect(loaded.device_load_gb_per_s).toBe(backend.host.loaded?.engine.info.loadGBPerSecond);
+    // fp32 safetensors: the KV cache stays fp32 (auto), and the log line says so.
+    expect((loaded as unknown as Record<string, string>).kv_cache_dtype).toBe('float32');
 
     const after = await backend.scrape();
     expect(sample(after, 'strata_backend_model_load_seconds', MODEL_LABELS)).toBe(engineSeconds);

@@ -46,6 +46,7 @@ RunnerOptions parse_load_options(const Napi::Object& o) {
   opts.kv_cache_bytes = static_cast<int64_t>(get_double(o, "kvCacheBytes", 0));
   opts.kv_memory_fraction = get_double(o, "kvMemoryFraction", 0.1);
   if (o.Get("dtype").IsString()) opts.dtype = get_string(o, "dtype");
+  if (o.Get("kvCacheDtype").IsString()) opts.kv_cache_dtype = get_string(o, "kvCacheDtype");
   opts.gpu_memory_utilization = get_double(o, "gpuMemoryUtilization", 0.9);
   if (o.Get("cudaGraphs").IsBoolean()) opts.cuda_graphs = o.Get("cudaGraphs").As<Napi::Boolean>().Value();
   if (o.Get("gpuSampling").IsBoolean()) opts.gpu_sampling = o.Get("gpuSampling").As<Napi::Boolean>().Value();
@@ -500,6 +501,7 @@ Napi::Value EngineBinding::Info(const Napi::CallbackInfo& info) {
   o.Set("threads", loaded.num_threads);
   o.Set("dtype", loaded.dtype);
   o.Set("weights", loaded.weights);
+  o.Set("kvCacheDtype", loaded.kv_cache_dtype);
   o.Set("device", loaded.device);
   o.Set("loadSeconds", loaded.load_seconds);
   o.Set("loadGBPerSecond", loaded.load_gb_per_s);

@@ -88,6 +88,7 @@ export class ModelHost {
           device: info.device,
           dtype: info.dtype,
           weights: info.weights,
+          kv_cache_dtype: info.kvCacheDtype,
           load_gb_per_s: this.report.gbPerSecond,
           // The CUDA backend's copy of the checkpoint to the device alone (0 on the CPU backend).
           device_load_gb_per_s: info.loadGBPerSecond,

@@ -138,6 +138,7 @@ export class InferenceRuntime {
       kvCacheBytes: e.kvCacheBytes,
       kvMemoryFraction: e.kvMemoryFraction,
       dtype: e.dtype,
+      kvCacheDtype: e.kvCacheDtype,
       gpuMemoryUtilization: e.gpuMemoryUtilization,
       cudaGraphs: e.cudaGraphs,
       gpuSampling: e.gpuSampling,

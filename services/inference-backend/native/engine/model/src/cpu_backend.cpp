@@ -196,6 +196,8 @@ struct CpuBackend::Impl {
   const QuantKernels& qkernels;
   QuantScratch quant_scratch;
   KvCache cache;
+  bool kv_f16 = false;  // the pool's elements (CpuBackendOptions::kv_dtype, resolved)
+  std::string kv_cache_dtype;
 
   int64_t q_dim = 0, kv_dim = 0, qkv_dim = 0;
 
@@ -220,6 +222,9 @@ struct CpuBackend::Impl {
       : config(std::move(cfg)), rope(config), pool(options.num_threads), kernels(cpu_kernels()), qkernels(quant_kernels()) {
     check_weights(config, weights);
     weights_format = describe_weights(weights);
+    kv_f16 = options.kv_dtype == CpuKvDtype::kFloat16 ||
+             (options.kv_dtype == CpuKvDtype::kAuto && !weights.quantized.empty());
+    kv_cache_dtype = kv_f16 ? "float16" : "float32";
     q_dim = int64_t{config.num_heads} * config.head_dim;
     kv_dim = int64_t{config.num_kv_heads} * config.head_dim;
     qkv_dim = q_dim + 2 * kv_dim;
@@ -484,7 +489,8 @@ struct CpuBackend::Impl {
           rope.apply(q, config.num_heads, cos.data() + t * half, sin.data() + t * half);
           rope.apply(k, config.num_kv_heads, cos.data() + t * half, sin.data() + t * half);
           const int32_t pos = positions[t];
-          cache.write(l, token_tables[t][pos / cache.block_size()], pos % cache.block_size(), k, k + kv_dim);
+          cache.write(l, token_tables[t][pos / cache.block_size()], pos % cache.block_size(), k, k + kv_dim,
+                      kernels.to_half);
         }
       });
       paged_attention(pool, kernels, cache, l, slices, shape, qkv.data(), qkv_dim, attn.data(), q_dim);
@@ -541,7 +547,7 @@ const ModelConfig& CpuBackend::config() const { return impl_->config; }
 
 int64_t CpuBackend::kv_bytes_per_block(int32_t block_size) const {
   const ModelConfig& c = impl_->config;
-  return KvCache::bytes_per_block(c.num_layers, block_size, c.num_kv_heads, c.head_dim);
+  return KvCache::bytes_per_block(c.num_layers, block_size, c.num_kv_heads, c.head_dim, impl_->kv_f16);
 }
 
 void CpuBackend::allocate_kv(int32_t num_blocks, int32_t block_size) {
@@ -551,7 +557,7 @@ void CpuBackend::allocate_kv(int32_t num_blocks, int32_t block_size) {
   }
   const ModelConfig& c = impl_->config;
   try {
-    impl_->cache.allocate(c.num_layers, num_blocks, block_size, c.num_kv_heads, c.head_dim);
+    impl_->cache.allocate(c.num_layers, num_blocks, block_size, c.num_kv_heads, c.head_dim, impl_->kv_f16);
   } catch (const std::exception&) {  // bad_alloc, or length_error past vector's max_size
     throw ModelError(model_error_code::kOutOfMemory, "cannot allocate " + std::to_string(kv_bytes_per_block(block_size) * num_blocks) +
                                                          " bytes for a KV pool of " + std::to_string(num_blocks) + " blocks");
@@ -579,6 +585,8 @@ int32_t CpuBackend::num_threads() const { return impl_->pool.size(); }
 const std::string& CpuBackend::kernel_isa() const { return impl_->kernel_isa; }
 
 const std::string& CpuBackend::weights_format() const { return impl_->weights_format; }
+
+const std::string& CpuBackend::kv_cache_dtype() const { return impl_->kv_cache_dtype; }
 
 int64_t CpuBackend::step_buffer_bytes() const {
   const Impl& m = *impl_;

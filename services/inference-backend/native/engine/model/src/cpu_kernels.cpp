@@ -12,6 +12,7 @@ namespace strata {
 const CpuKernels& cpu_kernels() {
 #if defined(STRATA_HAVE_AVX2_KERNELS)
   static const bool use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                               __builtin_cpu_supports("f16c") &&
                                std::string_view(std::getenv("STRATA_CPU_KERNELS") ? std::getenv("STRATA_CPU_KERNELS") : "") != "portable";
   if (use_avx2) return avx2_kernels();
 #endif

@@ -48,9 +48,10 @@ struct AttendArgs {
   int32_t head_dim = 0;
   int32_t context = 0;                 // keys the first token attends to
   float scale = 0.0f;
-  const float* keys = nullptr;         // the layer's K pool, offset to this kv head's (head_dim, block_size) keys
-  const float* values = nullptr;       // the layer's V pool, likewise
-  int64_t block_stride = 0;            // floats per block in the pool
+  const void* keys = nullptr;          // the layer's K pool, offset to this kv head's (head_dim, block_size) keys
+  const void* values = nullptr;        // the layer's V pool, likewise
+  bool kv_f16 = false;                 // the pool holds IEEE halves (else floats)
+  int64_t block_stride = 0;            // elements per block in the pool
   int32_t block_size = 0;
   const int32_t* block_table = nullptr;
   float* scratch = nullptr;            // attend_scratch_floats(...) floats
@@ -71,6 +72,9 @@ struct CpuKernels {
   // out[i] = silu(gate[i]) * up[i]
   void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);
   void (*attend)(const AttendArgs& args);
+  // dst[i] = src[i] as an IEEE half, rounded to nearest even (f32_to_f16's result, 8 at a time
+  // with F16C): the f16 KV cache's writes.
+  void (*to_half)(const float* src, uint16_t* dst, int64_t n);
 };
 
 const CpuKernels& portable_kernels();

@@ -1,5 +1,5 @@
-// The AVX2 + FMA build of the kernels; this file alone is compiled with -mavx2 -mfma and only
-// runs where cpu_kernels() has checked the CPU supports both.
+// The AVX2 + FMA build of the kernels; this file alone is compiled with -mavx2 -mfma -mf16c and
+// only runs where cpu_kernels() has checked the CPU supports all three.
 #include <immintrin.h>
 
 #include "cpu_kernels.h"
@@ -15,7 +15,13 @@ struct Vec {
     static const int32_t kMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
     return _mm256_maskload_ps(p, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMask + 8 - n)));
   }
+  static T load_half(const uint16_t* p) {  // 8 IEEE halves, widened exactly (F16C)
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
   static void store(float* p, T v) { _mm256_storeu_ps(p, v); }
+  static void store_half(uint16_t* p, T v) {  // rounded to nearest even, as f32_to_f16
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
   static T fmadd(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
   static T add(T a, T b) { return _mm256_add_ps(a, b); }
   static T sub(T a, T b) { return _mm256_sub_ps(a, b); }
@@ -44,7 +50,7 @@ struct Vec {
 namespace strata {
 
 const CpuKernels& avx2_kernels() {
-  static const CpuKernels kernels = {"avx2+fma", gemm_impl, silu_mul_impl, attend_impl};
+  static const CpuKernels kernels = {"avx2+fma", gemm_impl, silu_mul_impl, attend_impl, to_half_impl};
   return kernels;
 }
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "cpu_kernels.h"
+#include "strata/float_convert.h"
 
 namespace {
 
@@ -137,24 +138,36 @@ void silu_mul_impl(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+// KV elements: floats, or IEEE halves (uint16_t) widened to floats as they are loaded (exactly:
+// every half is a float), so the arithmetic after the load is the same for both.
+inline Vec::T load_kv(const float* p) { return Vec::load(p); }
+inline Vec::T load_kv(const uint16_t* p) { return Vec::load_half(p); }
+inline Vec::T load_kv_tail(const float* p, int n) { return Vec::load_tail(p, n); }
+inline Vec::T load_kv_tail(const uint16_t* p, int n) {
+  uint16_t tail[8] = {};
+  std::copy(p, p + n, tail);
+  return Vec::load_half(tail);
+}
+
 // Attention, as small GEMMs. Scores of up to MR query rows against 16 keys at a time: each
 // score is one accumulator lane updated by fmadd for d = 0, 1, ..., head_dim-1 in order, then
 // scaled, whatever the tile or the block size. Keys are stored (head_dim, block_size) per block.
-template <int MR>
+template <int MR, typename E>
 void score_tile(const strata::AttendArgs& a, const float* const* q, int32_t context, float* const* scores) {
   const Vec::T vscale = Vec::set1(a.scale);
   const int32_t hd = a.head_dim, bs = a.block_size;
+  const E* keys = static_cast<const E*>(a.keys);
   for (int32_t base = 0; base < context; base += bs) {
-    const float* block = a.keys + a.block_table[base / bs] * a.block_stride;
+    const E* block = keys + a.block_table[base / bs] * a.block_stride;
     const int32_t in_block = std::min(bs, context - base);
     for (int32_t s = 0; s < in_block; s += 16) {
       const int cols = std::min(16, in_block - s);
       Vec::T acc[MR][2];
       for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = Vec::zero();
-      const float* k = block + s;
+      const E* k = block + s;
       if (cols == 16) {
         for (int32_t d = 0; d < hd; ++d, k += bs) {
-          const Vec::T k0 = Vec::load(k), k1 = Vec::load(k + 8);
+          const Vec::T k0 = load_kv(k), k1 = load_kv(k + 8);
           for (int i = 0; i < MR; ++i) {
             const Vec::T qd = Vec::set1(q[i][d]);
             acc[i][0] = Vec::fmadd(qd, k0, acc[i][0]);
@@ -164,7 +177,7 @@ void score_tile(const strata::AttendArgs& a, const float* const* q, int32_t cont
       } else {
         const int c0 = std::min(cols, 8), c1 = std::max(cols - 8, 0);
         for (int32_t d = 0; d < hd; ++d, k += bs) {
-          const Vec::T k0 = Vec::load_tail(k, c0), k1 = Vec::load_tail(k + 8, c1);
+          const Vec::T k0 = load_kv_tail(k, c0), k1 = load_kv_tail(k + 8, c1);
           for (int i = 0; i < MR; ++i) {
             const Vec::T qd = Vec::set1(q[i][d]);
             acc[i][0] = Vec::fmadd(qd, k0, acc[i][0]);
@@ -212,20 +225,21 @@ void softmax_row(float* x, int64_t n, int64_t padded) {
 // out rows = p rows * V over keys [0, context): each output element is one accumulator lane
 // updated by fmadd for keys 0, 1, ..., in order. Probabilities past a row's own context are 0,
 // and fmadd(0, v, acc) == acc exactly, so a row's result does not depend on its tile mates.
-template <int MR, bool kFull>
+template <int MR, bool kFull, typename E>
 void pv_tile(const strata::AttendArgs& a, const float* const* p, int32_t context, float* const* out) {
   const int32_t hd = a.head_dim;
+  const E* values = static_cast<const E*>(a.values);
   for (int32_t j0 = 0; j0 < hd; j0 += 16) {
     const int cols = std::min(16, hd - j0);
     const int c0 = std::min(cols, 8), c1 = std::max(cols - 8, 0);
     Vec::T acc[MR][2];
     for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = Vec::zero();
     for (int32_t base = 0; base < context; base += a.block_size) {
-      const float* v = a.values + a.block_table[base / a.block_size] * a.block_stride + j0;
+      const E* v = values + a.block_table[base / a.block_size] * a.block_stride + j0;
       const int32_t in_block = std::min(a.block_size, context - base);
       for (int32_t s = 0; s < in_block; ++s, v += hd) {
-        const Vec::T v0 = kFull ? Vec::load(v) : Vec::load_tail(v, c0);
-        const Vec::T v1 = kFull ? Vec::load(v + 8) : Vec::load_tail(v + 8, c1);
+        const Vec::T v0 = kFull ? load_kv(v) : load_kv_tail(v, c0);
+        const Vec::T v1 = kFull ? load_kv(v + 8) : load_kv_tail(v + 8, c1);
         for (int i = 0; i < MR; ++i) {
           const Vec::T w = Vec::set1(p[i][base + s]);
           acc[i][0] = Vec::fmadd(w, v0, acc[i][0]);
@@ -247,7 +261,7 @@ void pv_tile(const strata::AttendArgs& a, const float* const* p, int32_t context
   }
 }
 
-template <int MR>
+template <int MR, typename E>
 void attend_rows(const strata::AttendArgs& a, int64_t ld, float* probs, int32_t r0) {
   const int32_t hd = a.head_dim;
   const float* q[MR];
@@ -260,27 +274,39 @@ void attend_rows(const strata::AttendArgs& a, int64_t ld, float* probs, int32_t 
     p[i] = probs + int64_t{r0 + i} * ld;
   }
   const int32_t last_context = a.context + (r0 + MR - 1) / a.group;
-  score_tile<MR>(a, q, last_context, p);
+  score_tile<MR, E>(a, q, last_context, p);
   for (int i = 0; i < MR; ++i) softmax_row(p[i], a.context + (r0 + i) / a.group, strata::attend_padded(last_context));
-  if (hd % 16 == 0) pv_tile<MR, true>(a, p, last_context, out);
-  else pv_tile<MR, false>(a, p, last_context, out);
+  if (hd % 16 == 0) pv_tile<MR, true, E>(a, p, last_context, out);
+  else pv_tile<MR, false, E>(a, p, last_context, out);
 }
 
 // Keys and values are visited block by block in position order; each head's scores, softmax
 // and weighted sum of values follow one fixed order, whatever else is in the step.
-void attend_impl(const strata::AttendArgs& a) {
+template <typename E>
+void attend_typed(const strata::AttendArgs& a) {
   const int32_t rows = a.tokens * a.group;
   const int64_t ld = strata::attend_padded(a.context + a.tokens - 1) + 16;
   float* probs = a.scratch;  // (rows, ld)
   constexpr int kAttMR = 4;
   int32_t r = 0;
-  for (; r + kAttMR <= rows; r += kAttMR) attend_rows<kAttMR>(a, ld, probs, r);
+  for (; r + kAttMR <= rows; r += kAttMR) attend_rows<kAttMR, E>(a, ld, probs, r);
   switch (rows - r) {
-    case 1: attend_rows<1>(a, ld, probs, r); break;
-    case 2: attend_rows<2>(a, ld, probs, r); break;
-    case 3: attend_rows<3>(a, ld, probs, r); break;
+    case 1: attend_rows<1, E>(a, ld, probs, r); break;
+    case 2: attend_rows<2, E>(a, ld, probs, r); break;
+    case 3: attend_rows<3, E>(a, ld, probs, r); break;
     default: break;
   }
+}
+
+void to_half_impl(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) Vec::store_half(dst + i, Vec::load(src + i));
+  for (; i < n; ++i) dst[i] = strata::f32_to_f16(src[i]);
+}
+
+void attend_impl(const strata::AttendArgs& a) {
+  if (a.kv_f16) attend_typed<uint16_t>(a);
+  else attend_typed<float>(a);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cpu_kernels.h"
+#include "strata/float_convert.h"
 
 namespace {
 
@@ -22,7 +23,15 @@ struct Vec {
     for (int i = 0; i < n; ++i) v[i] = p[i];
     return v;
   }
+  static T load_half(const uint16_t* p) {  // 8 IEEE halves, widened exactly
+    T v;
+    for (int i = 0; i < 8; ++i) v[i] = strata::f16_to_f32(p[i]);
+    return v;
+  }
   static void store(float* p, T v) { __builtin_memcpy(p, &v, sizeof(v)); }
+  static void store_half(uint16_t* p, T v) {
+    for (int i = 0; i < 8; ++i) p[i] = strata::f32_to_f16(v[i]);
+  }
   static T fmadd(T a, T b, T c) { return a * b + c; }
   static T add(T a, T b) { return a + b; }
   static T sub(T a, T b) { return a - b; }
@@ -51,7 +60,7 @@ struct Vec {
 namespace strata {
 
 const CpuKernels& portable_kernels() {
-  static const CpuKernels kernels = {"portable", gemm_impl, silu_mul_impl, attend_impl};
+  static const CpuKernels kernels = {"portable", gemm_impl, silu_mul_impl, attend_impl, to_half_impl};
   return kernels;
 }
 

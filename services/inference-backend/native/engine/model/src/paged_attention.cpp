@@ -42,9 +42,12 @@ void paged_attention(ThreadPool& pool, const CpuKernels& kernels, const KvCache&
     args.group = group;
     args.head_dim = shape.head_dim;
     args.scale = shape.scale;
-    const int64_t head_offset = int64_t{task.kv_head} * cache.block_size() * shape.head_dim;  // inside a block
-    args.keys = cache.keys(layer, 0) + head_offset;
-    args.values = cache.values(layer, 0) + head_offset;
+    // This kv head's slab inside a block, in bytes.
+    const int64_t head_offset =
+        int64_t{task.kv_head} * cache.block_size() * shape.head_dim * (cache.f16() ? 2 : 4);
+    args.keys = static_cast<const unsigned char*>(cache.keys(layer, 0)) + head_offset;
+    args.values = static_cast<const unsigned char*>(cache.values(layer, 0)) + head_offset;
+    args.kv_f16 = cache.f16();
     args.block_stride = block_stride;
     args.block_size = cache.block_size();
     args.block_table = slice.block_table;

@@ -11,6 +11,7 @@
 #include "check.h"
 #include "cpu_kernels.h"
 #include "strata/cpu_backend.h"
+#include "strata/float_convert.h"
 #include "strata/model_config.h"
 #include "strata/model_error.h"
 #include "strata/model_weights.h"
@@ -192,14 +193,15 @@ bool throws_input_error(const std::function<void()>& fn, const std::string& part
   return false;
 }
 
-void check_against_reference(const ModelConfig& config, const char* label) {
+void check_against_reference(const ModelConfig& config, const char* label, CpuKvDtype kv = CpuKvDtype::kAuto,
+                             double tolerance = 2e-5) {
   ModelWeights weights = make_dummy_weights(config, 7);
   // Larger weights than the dummy default, so attention is far from uniform and errors show.
   for (LayerWeights& l : weights.layers)
     for (std::vector<float>* m : {&l.q_proj, &l.k_proj})
       for (float& v : *m) v *= 20.0f;
   ModelWeights copy = weights;
-  CpuBackend backend(config, std::move(copy), CpuBackendOptions{2});
+  CpuBackend backend(config, std::move(copy), CpuBackendOptions{2, kv});
   backend.allocate_kv(32, 4);
   std::vector<Seq> seqs = {{test_tokens(37, 1, config.vocab_size), contiguous_table(0, 10)},
                            {test_tokens(5, 2, config.vocab_size), contiguous_table(10, 2)}};
@@ -212,7 +214,7 @@ void check_against_reference(const ModelConfig& config, const char* label) {
       max_ref = std::max(max_ref, std::fabs(expected[i]));
     }
     std::printf("  %s seq %zu: max |logit - reference| = %.3g (largest |logit| %.3g)\n", label, s, max_diff, max_ref);
-    CHECK(max_diff < 2e-5);
+    CHECK(max_diff < tolerance);
   }
 }
 
@@ -240,10 +242,45 @@ TEST_CASE("cpu backend: matches the reference with Llama biases, llama3 rope sca
   check_against_reference(c, "llama3-scaled");
 }
 
-TEST_CASE("cpu backend: chunking, batching, block placement and threads do not change a bit") {
+TEST_CASE("cpu backend: an f16 KV cache: half the bytes, the reference within f16 rounding, its own kinds named") {
   ModelConfig c = small_config("LlamaForCausalLM");
-  CpuBackend two(c, 3, CpuBackendOptions{2});
-  CpuBackend one(c, 3, CpuBackendOptions{1});
+  // K and V rounded to 11 significant bits (up to 2.4e-4 of each): here the logits (|x| < 0.31)
+  // move by up to 7e-5, against 2e-7 with the fp32 cache.
+  check_against_reference(c, "llama f16 kv", CpuKvDtype::kFloat16, 3e-4);
+  CpuBackend f32(c, 3, CpuBackendOptions{1, CpuKvDtype::kFloat32}), f16(c, 3, CpuBackendOptions{1, CpuKvDtype::kFloat16});
+  CpuBackend automatic(c, 3, CpuBackendOptions{1});  // fp32 weights: an fp32 cache
+  CHECK(f32.kv_cache_dtype() == "float32");
+  CHECK(f16.kv_cache_dtype() == "float16");
+  CHECK(automatic.kv_cache_dtype() == "float32");
+  CHECK_EQ(f16.kv_bytes_per_block(16) * 2, f32.kv_bytes_per_block(16));
+}
+
+TEST_CASE("cpu kernels: to_half rounds as f32_to_f16, bit for bit, in every kernel set") {
+  // Ties, subnormals, overflow to inf, signed zeros and ordinary values, in runs that end off
+  // a multiple of 8 so the scalar tail is used too.
+  std::vector<float> src = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 65520.0f, 1e9f, -1e9f,
+                            5.9604645e-8f, 2.9802322e-8f, 6.1035156e-5f, 1.0009766f, 1.0004883f, 3.1415927f};
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> mag(-30.0f, 17.0f);
+  for (int i = 0; i < 1000; ++i) src.push_back((i % 2 ? -1.0f : 1.0f) * std::exp2(mag(rng)));
+  std::vector<const CpuKernels*> sets = {&portable_kernels(), &cpu_kernels()};
+  for (const CpuKernels* k : sets) {
+    for (const size_t n : {src.size(), size_t{13}, size_t{8}, size_t{3}}) {
+      std::vector<uint16_t> got(n, 0xFFFF);
+      k->to_half(src.data(), got.data(), static_cast<int64_t>(n));
+      size_t same = 0;
+      for (size_t i = 0; i < n; ++i) same += got[i] == f32_to_f16(src[i]);
+      if (same != n) std::printf("  %s: %zu of %zu differ\n", k->isa, n - same, n);
+      CHECK_EQ(same, n);
+    }
+  }
+}
+
+TEST_CASE("cpu backend: chunking, batching, block placement and threads do not change a bit") {
+  for (const CpuKvDtype kv : {CpuKvDtype::kFloat32, CpuKvDtype::kFloat16}) {
+  ModelConfig c = small_config("LlamaForCausalLM");
+  CpuBackend two(c, 3, CpuBackendOptions{2, kv});
+  CpuBackend one(c, 3, CpuBackendOptions{1, kv});
   two.allocate_kv(64, 4);
   one.allocate_kv(64, 4);
   std::vector<Seq> seqs;
@@ -261,6 +298,7 @@ TEST_CASE("cpu backend: chunking, batching, block placement and threads do not c
   std::shuffle(ids.begin(), ids.end(), std::mt19937(5));
   for (size_t s = 0; s < scattered.size(); ++s) scattered[s].table.assign(ids.begin() + 12 * s, ids.begin() + 12 * (s + 1));
   CHECK(run_prefill(two, scattered, 6) == alone);
+  }
 }
 
 TEST_CASE("cpu backend: a step longer than one pass gives the same logits, and its buffers stay one pass long") {
@@ -332,8 +370,9 @@ TEST_CASE("cpu backend: logits handed over in chunks are forward()'s, bit for bi
 }
 
 TEST_CASE("cpu backend: copy_block duplicates a block's K and V in every layer") {
+  for (const CpuKvDtype kv : {CpuKvDtype::kFloat32, CpuKvDtype::kFloat16}) {
   ModelConfig c = small_config("LlamaForCausalLM");
-  CpuBackend backend(c, 3, CpuBackendOptions{2});
+  CpuBackend backend(c, 3, CpuBackendOptions{2, kv});
   backend.allocate_kv(16, 4);
   std::vector<int32_t> tokens = test_tokens(8, 4, c.vocab_size), next = {5};
   run_prefill(backend, {{tokens, {0, 1}}}, 8);  // positions 0..7 in blocks 0 and 1
@@ -347,6 +386,7 @@ TEST_CASE("cpu backend: copy_block duplicates a block's K and V in every layer")
     return logits;
   };
   CHECK(decode({0, 9}) == decode({0, 1}));
+  }
 }
 
 TEST_CASE("cpu backend: dummy weights are deterministic in the seed") {

@@ -163,6 +163,9 @@ TEST_CASE("gguf: the CPU backend runs a file that mixes F32, F16, Q8_0, Q4_0 and
   TempDir dir("gguf");
   CpuBackend backend(write(dir, tiny_model().build()), {1});
   CHECK(backend.weights_format() == "Q4_0 + Q4_1 + Q8_0");
+  CHECK(backend.kv_cache_dtype() == "float16");  // quantized matrices: an f16 cache, as llama.cpp's
+  CHECK(CpuBackend(write(dir, tiny_model().build(), "b.gguf"), {1, CpuKvDtype::kFloat32}).kv_cache_dtype() ==
+        "float32");
   // The load log's kernels name the quantized set too.
   CHECK(backend.kernel_isa() == std::string(cpu_kernels().isa) + ", quantized: " + quant_kernels().isa);
   backend.allocate_kv(4, 16);

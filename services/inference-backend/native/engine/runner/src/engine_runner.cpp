@@ -56,6 +56,13 @@ double seconds_since(std::chrono::steady_clock::time_point started) {
 
 std::unique_ptr<ModelBackend> load_cpu(const RunnerOptions& o, RunnerInfo& info, int64_t& affordable) {
   CpuBackendOptions backend_options{o.num_threads};
+  if (o.kv_cache_dtype == "auto") backend_options.kv_dtype = CpuKvDtype::kAuto;
+  else if (o.kv_cache_dtype == "float32") backend_options.kv_dtype = CpuKvDtype::kFloat32;
+  else if (o.kv_cache_dtype == "float16") backend_options.kv_dtype = CpuKvDtype::kFloat16;
+  else {
+    throw CodedError("STRATA_INVALID_CONFIG",
+                     "kvCacheDtype must be auto, float32 or float16 on the cpu backend, got \"" + o.kv_cache_dtype + "\"");
+  }
   std::unique_ptr<CpuBackend> cpu =
       o.model_dir.empty()
           ? std::make_unique<CpuBackend>(preset_model_config(o.dummy_preset), o.dummy_seed, backend_options)
@@ -63,6 +70,7 @@ std::unique_ptr<ModelBackend> load_cpu(const RunnerOptions& o, RunnerInfo& info,
   info.backend_name = "cpu";
   info.kernel_isa = cpu->kernel_isa();
   info.weights = cpu->weights_format();
+  info.kv_cache_dtype = cpu->kv_cache_dtype();
   info.num_threads = cpu->num_threads();
   info.kv_bytes_per_block = cpu->kv_bytes_per_block(o.engine.block_size);
   if (o.engine.num_blocks <= 0) {
@@ -90,6 +98,11 @@ std::unique_ptr<ModelBackend> load_cuda(const RunnerOptions& o, RunnerInfo& info
   else if (o.dtype == "float16") options.dtype = cuda::DType::kF16;
   else if (o.dtype == "float32") options.dtype = cuda::DType::kF32;
   else throw CodedError("STRATA_INVALID_CONFIG", "dtype must be bfloat16, float16 or float32, got \"" + o.dtype + "\"");
+  if (o.kv_cache_dtype != "auto" && o.kv_cache_dtype != o.dtype) {
+    throw CodedError("STRATA_INVALID_CONFIG", "the cuda backend keeps its KV cache in its dtype (" + o.dtype +
+                                                  "): kvCacheDtype must be auto or " + o.dtype + ", got \"" +
+                                                  o.kv_cache_dtype + "\"");
+  }
   if (!(o.gpu_memory_utilization > 0.0 && o.gpu_memory_utilization <= 1.0)) {
     throw CodedError("STRATA_INVALID_CONFIG",
                      "gpuMemoryUtilization must be in (0, 1], got " + std::to_string(o.gpu_memory_utilization));
@@ -105,6 +118,7 @@ std::unique_ptr<ModelBackend> load_cuda(const RunnerOptions& o, RunnerInfo& info
   info.device = gpu->device_name();
   info.dtype = o.dtype;
   info.weights = o.dtype;
+  info.kv_cache_dtype = o.dtype;
   info.load_gb_per_s = gpu->load_stats().gb_per_s();
   info.sampling = gpu->samples_on_device() ? "gpu" : "cpu";
   info.sampling_note = gpu->sampling_note();

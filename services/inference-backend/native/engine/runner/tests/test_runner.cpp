@@ -123,9 +123,17 @@ TEST_CASE("loads the CPU backend and sizes the pool from the KV budget") {
   CHECK(per_block > 0);
   CHECK_STR_EQ(probe->info().backend_name, "cpu");
   CHECK_STR_EQ(probe->info().weights, "float32");
+  CHECK_STR_EQ(probe->info().kv_cache_dtype, "float32");  // fp32 weights: auto is an fp32 cache
   CHECK_EQ(probe->info().num_threads, 1);
   // The default budget, a tenth of MemAvailable, affords far more than 8 full sequences use.
   CHECK_EQ(probe->engine().config().num_blocks, 8 * 32);
+  {
+    RunnerOptions f16 = o;  // an f16 cache: half the bytes a block
+    f16.kv_cache_dtype = "float16";
+    const auto half = EngineRunner::load(f16);
+    CHECK_STR_EQ(half->info().kv_cache_dtype, "float16");
+    CHECK_EQ(half->info().kv_bytes_per_block * 2, per_block);
+  }
   o.engine.max_model_len = 64;  // 4 blocks a sequence, so a pool of 10 holds one
   CHECK_EQ(EngineRunner::load(o)->engine().config().num_blocks, 8 * 4);
   o.kv_cache_bytes = 10 * per_block + per_block / 2;
@@ -143,6 +151,10 @@ TEST_CASE("options it cannot honour are STRATA_INVALID_CONFIG, saying what to us
   CHECK(cuda.rfind("STRATA_INVALID_CONFIG: ", 0) == 0);
   CHECK(cuda.find("cpu") != std::string::npos);
   o.backend = "cpu";
+  o.kv_cache_dtype = "bfloat16";
+  CHECK_STR_EQ(load_error(o), "STRATA_INVALID_CONFIG: kvCacheDtype must be auto, float32 or float16 on the cpu backend, "
+                              "got \"bfloat16\"");
+  o.kv_cache_dtype = "auto";
   o.dummy_preset = "gpt-5";
   CHECK(!load_error(o).empty());
 }

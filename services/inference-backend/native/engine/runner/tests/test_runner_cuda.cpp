@@ -42,6 +42,7 @@ TEST_CASE("cuda: sizes the pool from the profiling pass, capped at what max_num_
   auto runner = EngineRunner::load(o);
   CHECK_STR_EQ(runner->info().backend_name, "cuda");
   CHECK_STR_EQ(runner->info().dtype, "float32");
+  CHECK_STR_EQ(runner->info().kv_cache_dtype, "float32");  // the KV pool is in the dtype
   CHECK(runner->info().kv_bytes_per_block > 0);
   // The emulated device has room for far more than 4 sequences of 512 tokens.
   CHECK_EQ(runner->engine().config().num_blocks, 4 * 32);
@@ -64,6 +65,12 @@ TEST_CASE("cuda: options it cannot honour are STRATA_INVALID_CONFIG") {
   RunnerOptions o = cuda_tiny();
   o.dtype = "int8";
   CHECK_STR_EQ(code_of(o), "STRATA_INVALID_CONFIG: dtype must be bfloat16, float16 or float32, got \"int8\"");
+  o = cuda_tiny();
+  o.kv_cache_dtype = "float16";  // dtype float32
+  CHECK_STR_EQ(code_of(o), "STRATA_INVALID_CONFIG: the cuda backend keeps its KV cache in its dtype (float32): "
+                           "kvCacheDtype must be auto or float32, got \"float16\"");
+  o.kv_cache_dtype = "float32";
+  CHECK_STR_EQ(EngineRunner::load(o)->info().kv_cache_dtype, "float32");
   o = cuda_tiny();
   o.gpu_memory_utilization = 1.5;
   CHECK(code_of(o).rfind("STRATA_INVALID_CONFIG: gpuMemoryUtilization must be in (0, 1]", 0) == 0);

@@ -1,4 +1,4 @@
-// The CPU backend: a Llama-family forward pass over a paged fp32 KV cache, spread over all
+// The CPU backend: a Llama-family forward pass over a paged fp32 or f16 KV cache, spread over all
 // cores, with fp32 weights or GGUF block-quantized ones (Q4_0, Q4_1, Q8_0). The step's tokens go through each weight matrix together, so every weight is
 // read once per step whatever the batch.
 #pragma once
@@ -13,8 +13,14 @@
 
 namespace strata {
 
+// The KV pool's element type. kAuto: IEEE half for a model with quantized (GGUF) matrices, as
+// llama.cpp's default cache (half the bytes attention reads, twice the blocks in the same
+// memory); fp32 for an fp32/f16/bf16 checkpoint, whose logits are checked against fp32 references.
+enum class CpuKvDtype { kAuto, kFloat32, kFloat16 };
+
 struct CpuBackendOptions {
   int32_t num_threads = 0;  // threads computing a step, the caller's included; 0: every available CPU
+  CpuKvDtype kv_dtype = CpuKvDtype::kAuto;
 };
 
 class CpuBackend final : public ModelBackend {
@@ -46,6 +52,8 @@ class CpuBackend final : public ModelBackend {
   const std::string& kernel_isa() const;
   // The weights' numeric format: "float32", or the block types of the quantized matrices ("Q4_1 + Q8_0").
   const std::string& weights_format() const;
+  // The KV pool's element type: "float32" or "float16".
+  const std::string& kv_cache_dtype() const;
   // Bytes of step buffers held now (activations of one pass, the wanted rows' final hidden
   // states, a chunk of logits): bounded by the rows of one pass, whatever a step's token count.
   int64_t step_buffer_bytes() const;

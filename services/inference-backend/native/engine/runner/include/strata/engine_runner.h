@@ -27,6 +27,9 @@ struct RunnerOptions {
   int64_t kv_cache_bytes = 0;       // CPU: the KV budget; 0 = kv_memory_fraction of MemAvailable
   double kv_memory_fraction = 0.1;  // CPU: of MemAvailable, when kv_cache_bytes is 0
   std::string dtype = "bfloat16";   // CUDA: bfloat16, float16 or float32 (the CPU backend is float32)
+  // The KV pool's elements: "auto", "float32" or "float16". CPU: auto = float16 for a GGUF
+  // model's quantized weights (as llama.cpp), float32 otherwise. CUDA: its dtype (auto or that name).
+  std::string kv_cache_dtype = "auto";
   double gpu_memory_utilization = 0.9;  // CUDA: share of the device's memory for weights + activations + KV
   bool cuda_graphs = true;              // CUDA: replay captured graphs for decode steps
   bool gpu_sampling = true;             // CUDA: sample on the device
@@ -37,7 +40,8 @@ struct RunnerInfo {
   std::string backend_name;          // "cpu" or "cuda"
   std::string kernel_isa;            // CPU kernels: e.g. "avx2+fma, quantized: avx512vnni"; CUDA: "cuda"
   std::string device = "cpu";        // CUDA: the GPU's name
-  std::string dtype = "float32";     // activations and KV (and weights, unless quantized)
+  std::string dtype = "float32";     // activations (and weights, unless quantized)
+  std::string kv_cache_dtype = "float32";  // the KV pool's elements
   std::string weights = "float32";   // the weights' format: a dtype, or block types such as "Q4_1 + Q8_0"
   double load_gb_per_s = 0;          // checkpoint bytes read per second (CUDA: to the device)
   std::string sampling = "cpu";      // where tokens are sampled: "cpu" or "gpu"
