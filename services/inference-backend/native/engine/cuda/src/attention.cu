@@ -363,7 +363,6 @@ __global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<
   DecodeBlock blk{};
   if (!blk.init(p)) return;
   const int32_t seq = blk.seq, kv_head = blk.kv_head, group = blk.group;
-  int32_t first = 0, last = 0;  // the partition being scored
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int32_t* table = p.block_tables + int64_t{seq} * p.block_table_stride;
   const int64_t head_stride = int64_t{p.block_size} * D;
@@ -383,7 +382,7 @@ __global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<
     }
   }
 
-  // This warp's tiles of a partition: w, w + 4, ... of its ceil(n / 16); keys past `last` are
+  // This warp's tiles of a partition: w, w + 4, ... of its ceil(n / 16); keys past its last are
   // zeros (a zero V row keeps 0 · V finite) and masked out of the scores.
   // Tiles start at multiples of 16 from the partition's start (a multiple of 64): with a block
   // size that is a multiple of 16 a tile lies in one KV block, found once a tile.
@@ -400,7 +399,7 @@ __global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<
     for (int i = lane; i < kDmKeys * kRowChunks; i += 32) {
       const int j = i / kRowChunks, c = (i % kRowChunks) * kVec;
       const int32_t key = key0 + j;
-      const bool valid = key < last;
+      const bool valid = key < blk.last;
       int64_t at = 0;
       if (valid) {
         at = tile_in_block ? tile_at + int64_t{j} * D + c
@@ -416,8 +415,7 @@ __global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<
 #pragma unroll 1
   for (int32_t part = blockIdx.x; part < blk.num_partitions; part += gridDim.x) {
     blk.select(part);
-    first = blk.first;
-    last = blk.last;
+    const int32_t first = blk.first, last = blk.last;
     const int32_t n_tiles = (last - first + kDmKeys - 1) / kDmKeys;
     const int32_t my_tiles = warp < n_tiles ? (n_tiles - warp + kDmWarps - 1) / kDmWarps : 0;
 
@@ -441,10 +439,10 @@ __global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<
 
       // Scores: (16, 16) = Q (16, D) · Kᵀ, two 8-key tiles. B[k][n] = K[key n][dim k].
       float sc[2][4] = {};
-  #pragma unroll
+#pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
-  #pragma unroll
+#pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
           const T* krow = ks + (nt * 8 + g) * kStride + kk * 16 + 2 * t;
           mma16816<T>(sc[nt], a, *reinterpret_cast<const uint32_t*>(krow), *reinterpret_cast<const uint32_t*>(krow + 8),
@@ -454,9 +452,9 @@ __global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<
       // Keys past the partition masked, scaled; the tile's max for row g across its 4 lanes (the
       // tile's first key is always inside, so the max is finite).
       float tile_max = -INFINITY;
-  #pragma unroll
+#pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
-  #pragma unroll
+#pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int32_t key = key0 + nt * 8 + 2 * t + e;
           sc[nt][e] = key < last ? sc[nt][e] * scale_log2 : -INFINITY;
@@ -475,7 +473,7 @@ __global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<
       // (tile 1) of row g; rows 8..15 zero.
       const uint32_t pa[4] = {pack2<T>(p00, p01), 0u, pack2<T>(p10, p11), 0u};
       // Output: (16, D) += P (16, 16) · V (16, D). B[k][n] = V[key k][dim n], transposed by ldmatrix.
-  #pragma unroll
+#pragma unroll
       for (int dn = 0; dn < D / 8; ++dn) {
         uint32_t b0, b1;
         ldmatrix_x2_trans(b0, b1, vs + (lane % 16) * kStride + dn * 8);
@@ -497,7 +495,7 @@ __global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<
     float* const ml = mm + kDmWarps * 8;                    // (warps, 8)
     __syncthreads();
     if (g < group) {
-  #pragma unroll
+#pragma unroll
       for (int dn = 0; dn < D / 8; ++dn) {
         mo[(warp * 8 + g) * D + dn * 8 + 2 * t] = o[dn][0];
         mo[(warp * 8 + g) * D + dn * 8 + 2 * t + 1] = o[dn][1];
@@ -511,10 +509,10 @@ __global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<
     for (int i = tid; i < group * D; i += kDmWarps * 32) {
       const int r = i / D, d = i % D;
       float m = -INFINITY;
-  #pragma unroll
+#pragma unroll
       for (int w = 0; w < kDmWarps; ++w) m = fmaxf(m, mm[w * 8 + r]);  // warp 0 always saw a key
       float total = 0.0f, sum = 0.0f;
-  #pragma unroll
+#pragma unroll
       for (int w = 0; w < kDmWarps; ++w) {
         const float weight = exp2f(mm[w * 8 + r] - m);  // 0 for a warp without tiles (max -inf)
         total += weight * mo[(w * 8 + r) * D + d];
@@ -1034,19 +1032,25 @@ void check_heads(const char* kernel, int32_t num_heads, int32_t num_kv_heads, in
                                                      std::to_string(num_heads / num_kv_heads) + ")");
 }
 
-// Launches a prefill kernel over (query tiles, query heads, slices). Its dynamic shared-memory
-// limit is raised once per kernel, on its first launch: over 48 KB needs the opt-in (head_dim
-// 128: 49.5 KB to 68 KB).
-template <auto Kernel, typename T>
-void launch_prefill(size_t shared, int threads, int queries, const PrefillAttentionArgs& a, const PrefillParams<T>& p,
-                    Stream stream, const char* what) {
+// Raises Kernel's dynamic shared-memory limit to `bytes`, once per kernel, on its first launch
+// (which runs eagerly, before any graph capture): over 48 KB needs the opt-in.
+template <auto Kernel>
+void allow_shared_once(size_t bytes, const char* what) {
   static const bool opted_in = [&] {
     check(cudaFuncSetAttribute(reinterpret_cast<const void*>(Kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(shared)),
+                               static_cast<int>(bytes)),
           (std::string(what) + ": raising the shared-memory limit").c_str());
     return true;
   }();
   (void)opted_in;
+}
+
+// Launches a prefill kernel over (query tiles, query heads, slices), its shared-memory limit
+// raised to what it uses (head_dim 128: 49.5 KB to 68 KB).
+template <auto Kernel, typename T>
+void launch_prefill(size_t shared, int threads, int queries, const PrefillAttentionArgs& a, const PrefillParams<T>& p,
+                    Stream stream, const char* what) {
+  allow_shared_once<Kernel>(shared, what);
   const unsigned tiles = blocks_for(a.max_query_len, queries);
   (*Kernel)<<<dim3(tiles, a.num_heads, a.n_slices), threads, shared, stream>>>(p);
   check_launch(what);
@@ -1130,16 +1134,10 @@ void decode_attention(const DecodeAttentionArgs& a, Stream stream) {
         if (decode_uses_tensor_cores(a)) {
           if constexpr (!std::is_same_v<T, float> && D % 16 == 0 && D <= 128) {
             // Two tiles deep where a warp has two or more (partitions over 64 tokens), else one:
-            // 35 KB a block at head_dim 128 (6 blocks an SM), 70 KB (opted in once) at two.
+            // 35 KB a block at head_dim 128 (6 blocks an SM), 70 KB (the limit raised for two) at two.
             const int stages = decode_partition_size(std::max(a.max_context, 1)) > kDmWarps * kDmKeys ? 2 : 1;
-            static const bool opted_in = [] {
-              check(cudaFuncSetAttribute(reinterpret_cast<const void*>(&decode_mma_kernel<T, D>),
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(decode_mma_shared_bytes<T, D>(2))),
-                    "decode_attention (tensor cores): raising the shared-memory limit");
-              return true;
-            }();
-            (void)opted_in;
+            allow_shared_once<&decode_mma_kernel<T, D>>(decode_mma_shared_bytes<T, D>(2),
+                                                        "decode_attention (tensor cores)");
             const dim3 mma_grid(decode_grid_partitions(a, max_partitions), a.num_kv_heads, a.n_seqs);
             decode_mma_kernel<T, D><<<mma_grid, kDmWarps * 32, decode_mma_shared_bytes<T, D>(stages), stream>>>(p, stages);
             check_launch("decode_attention (tensor cores)");

@@ -13,9 +13,8 @@ void KvCache::allocate(int32_t num_layers, int32_t num_blocks, int32_t block_siz
   num_kv_heads_ = num_kv_heads;
   head_dim_ = head_dim;
   f16_ = f16;
-  element_ = f16 ? 2 : 4;
   block_elems_ = int64_t{num_kv_heads} * block_size * head_dim;
-  storage_.assign(static_cast<size_t>(int64_t{num_layers} * 2 * num_blocks * block_elems_ * element_), 0);
+  storage_.assign(static_cast<size_t>(int64_t{num_layers} * 2 * num_blocks * block_elems_ * element_bytes()), 0);
 }
 
 void KvCache::write(int32_t layer, int32_t block, int32_t slot, const float* k, const float* v, ToHalf to_half) {
@@ -45,11 +44,12 @@ void KvCache::write(int32_t layer, int32_t block, int32_t slot, const float* k, 
 }
 
 void KvCache::copy_block(int32_t src, int32_t dst) {
-  const size_t bytes = static_cast<size_t>(block_elems_ * element_);
+  const int64_t element = element_bytes();
+  const size_t bytes = static_cast<size_t>(block_elems_ * element);
   for (int32_t layer = 0; layer < num_layers_; ++layer) {
     for (int kind = 0; kind < 2; ++kind) {
-      std::memmove(storage_.data() + offset(layer, kind, dst) * element_,
-                   storage_.data() + offset(layer, kind, src) * element_, bytes);
+      std::memmove(storage_.data() + offset(layer, kind, dst) * element,
+                   storage_.data() + offset(layer, kind, src) * element, bytes);
     }
   }
 }

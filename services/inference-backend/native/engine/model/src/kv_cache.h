@@ -17,13 +17,15 @@ class KvCache {
                 bool f16);
   bool allocated() const { return !storage_.empty(); }
   bool f16() const { return f16_; }
+  static int64_t element_bytes(bool f16) { return f16 ? 2 : 4; }
+  int64_t element_bytes() const { return element_bytes(f16_); }
   int32_t num_blocks() const { return num_blocks_; }
   int32_t block_size() const { return block_size_; }
 
   // Slab of one block (floats, or halves when f16()): keys (num_kv_heads, head_dim, block_size),
   // values (num_kv_heads, block_size, head_dim).
-  const void* keys(int32_t layer, int32_t block) const { return storage_.data() + offset(layer, 0, block) * element_; }
-  const void* values(int32_t layer, int32_t block) const { return storage_.data() + offset(layer, 1, block) * element_; }
+  const void* keys(int32_t layer, int32_t block) const { return storage_.data() + offset(layer, 0, block) * element_bytes(); }
+  const void* values(int32_t layer, int32_t block) const { return storage_.data() + offset(layer, 1, block) * element_bytes(); }
 
   // Stores one token's k and v, each (num_kv_heads, head_dim), at `slot` of `block`; an f16
   // pool converts them with `to_half` (CpuKernels::to_half: F16C where the CPU has it).
@@ -33,7 +35,7 @@ class KvCache {
 
   static int64_t bytes_per_block(int32_t num_layers, int32_t block_size, int32_t num_kv_heads, int32_t head_dim,
                                  bool f16) {
-    return int64_t{2} * num_layers * num_kv_heads * block_size * head_dim * (f16 ? 2 : 4);
+    return int64_t{2} * num_layers * num_kv_heads * block_size * head_dim * element_bytes(f16);
   }
 
  private:
@@ -43,7 +45,6 @@ class KvCache {
 
   std::vector<unsigned char> storage_;  // (num_layers, 2, num_blocks, num_kv_heads, block_size, head_dim) elements
   bool f16_ = false;
-  int64_t element_ = 4;                 // bytes per element
   int32_t num_layers_ = 0, num_blocks_ = 0, block_size_ = 0, num_kv_heads_ = 0, head_dim_ = 0;
   int64_t block_elems_ = 0;             // num_kv_heads * block_size * head_dim
 };

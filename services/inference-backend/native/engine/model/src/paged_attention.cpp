@@ -43,8 +43,7 @@ void paged_attention(ThreadPool& pool, const CpuKernels& kernels, const KvCache&
     args.head_dim = shape.head_dim;
     args.scale = shape.scale;
     // This kv head's slab inside a block, in bytes.
-    const int64_t head_offset =
-        int64_t{task.kv_head} * cache.block_size() * shape.head_dim * (cache.f16() ? 2 : 4);
+    const int64_t head_offset = int64_t{task.kv_head} * cache.block_size() * shape.head_dim * cache.element_bytes();
     args.keys = static_cast<const unsigned char*>(cache.keys(layer, 0)) + head_offset;
     args.values = static_cast<const unsigned char*>(cache.values(layer, 0)) + head_offset;
     args.kv_f16 = cache.f16();
