@@ -5,7 +5,9 @@
 //     the bytes a step must read (weights, plus every sequence's K and V) over the measured copy
 //     bandwidth. Two ways: as the engine runs them, greedy sampling on the GPU with only tokens
 //     coming back (forward_sample), and with every row's fp32 logits copied to the host (forward).
-//   bench_cuda_forward <model dir> [out.json] [--context C] [--batches 1,8,32,64,128] [--prefill-seqs P]
+//     Batches of up to gemv_max_rows sequences (the GEMV kernel's) also run with it off, cuBLAS
+//     for every GEMM, alternating with the default twice.
+//   bench_cuda_forward <model dir> [out.json] [--context C] [--batches 1,4,8,32,64,128] [--prefill-seqs P]
 //                      [--copy-mib 2048] [--gemm-n 8192]   (smaller ceilings: a smoke run, e.g. emulated)
 //                      [--profile prefill|decode:B]
 // --profile: for a profiler started with profiling off (ncu --profile-from-start off): only one
@@ -113,7 +115,7 @@ int run(int argc, char** argv) {
   std::string model_dir = argv[1], out_json, profile;
   int32_t context = 1024, prefill_seqs = 8, gemm_n = 8192;
   size_t copy_mib = 2048;
-  std::vector<int32_t> batches = {1, 8, 32, 64, 128};
+  std::vector<int32_t> batches = {1, 4, 8, 32, 64, 128};
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--context" && i + 1 < argc) context = std::atoi(argv[++i]);
@@ -221,11 +223,12 @@ int run(int argc, char** argv) {
   struct Row {
     int32_t batch;
     double ms, host_logits_ms, roofline_ms;
+    double cublas_ms;  // the same step with the GEMV kernel off (batches it serves), else 0
   };
-  std::vector<Row> rows;
-  for (int32_t b : batches) {
+  // warm + steps decode steps of batch b from position context; each step's time into ms
+  // (sampled) and host_ms (logits to the host).
+  auto decode_steps = [&](int32_t b, std::vector<double>& ms, std::vector<double>& host_ms) {
     std::vector<int32_t> next(b);
-    std::vector<double> ms, host_ms;
     SamplingBatch sampling;
     sampling.rows.assign(size_t(b), SamplingRow{});
     for (SamplingRow& r : sampling.rows) r.temperature = 0.0f;
@@ -254,8 +257,25 @@ int run(int argc, char** argv) {
       backend.forward(batch, logits.data());
       if (step >= warm) host_ms.push_back(now_ms() - t0);
     }
+  };
+  // Batches the GEMV kernel serves run twice more with it off (cuBLAS for every GEMM), the two
+  // alternating: GEMV, cuBLAS, GEMV, cuBLAS (each switch captures the graphs again).
+  const int32_t gemv_rows = options.gemv_max_rows;
+  std::vector<Row> rows;
+  for (int32_t b : batches) {
+    std::vector<double> ms, host_ms, cublas_ms, cublas_host_ms;
+    const bool compare_cublas = b <= gemv_rows && profile_batch == 0;
+    for (int round = 0; round < (compare_cublas ? 2 : 1); ++round) {
+      if (compare_cublas) backend.set_gemv_max_rows(gemv_rows);
+      decode_steps(b, ms, host_ms);
+      if (!compare_cublas) continue;
+      backend.set_gemv_max_rows(0);
+      decode_steps(b, cublas_ms, cublas_host_ms);
+    }
+    if (compare_cublas) backend.set_gemv_max_rows(gemv_rows);
     const double bytes = weight_bytes + double(b) * (context + warm + steps / 2) * kv_bytes_per_token;
-    rows.push_back({b, sampled ? median(ms) : median(host_ms), median(host_ms), bytes / bandwidth * 1e3});
+    rows.push_back({b, sampled ? median(ms) : median(host_ms), median(host_ms), bytes / bandwidth * 1e3,
+                    compare_cublas ? median(sampled ? cublas_ms : cublas_host_ms) : 0.0});
   }
   if (profile_batch > 0) return 0;
 
@@ -270,9 +290,11 @@ int run(int argc, char** argv) {
       out << (i ? "," : "") << "{\"batch\":" << rows[i].batch << ",\"ms\":" << rows[i].ms
           << ",\"host_logits_ms\":" << rows[i].host_logits_ms
           << ",\"roofline_ms\":" << rows[i].roofline_ms << ",\"fraction_of_roofline\":" << rows[i].roofline_ms / rows[i].ms
-          << ",\"tokens_per_s\":" << rows[i].batch / (rows[i].ms / 1e3) << "}";
+          << ",\"tokens_per_s\":" << rows[i].batch / (rows[i].ms / 1e3);
+      if (rows[i].cublas_ms > 0) out << ",\"cublas_ms\":" << rows[i].cublas_ms;
+      out << "}";
     }
-    out << "],\"decode_sampled_on_gpu\":" << (sampled ? "true" : "false")
+    out << "],\"gemv_max_rows\":" << gemv_rows << ",\"decode_sampled_on_gpu\":" << (sampled ? "true" : "false")
         << ",\"graph_steps\":" << backend.graph_steps() << ",\"eager_steps\":" << backend.eager_steps() << "}\n";
   }
 
@@ -281,10 +303,16 @@ int run(int argc, char** argv) {
               context, prefill_median, prefill_rate / 1e12, 100.0 * prefill_rate / peak);
   std::printf("decode: %s; \"+ host logits\": the same step with every row's fp32 logits copied to the host\n",
               sampled ? "greedy sampling on the GPU, as the engine runs it" : "logits to the host (no GPU sampler)");
-  std::printf("%6s %10s %12s %10s %10s %16s\n", "batch", "step ms", "roofline ms", "fraction", "tok/s", "+ host logits ms");
-  for (const Row& r : rows)
-    std::printf("%6d %10.3f %12.3f %9.0f%% %10.0f %16.3f\n", r.batch, r.ms, r.roofline_ms, 100.0 * r.roofline_ms / r.ms,
+  std::printf("%6s %10s %12s %10s %10s %16s %14s\n", "batch", "step ms", "roofline ms", "fraction", "tok/s",
+              "+ host logits ms", "cuBLAS only ms");
+  for (const Row& r : rows) {
+    std::printf("%6d %10.3f %12.3f %9.0f%% %10.0f %16.3f", r.batch, r.ms, r.roofline_ms, 100.0 * r.roofline_ms / r.ms,
                 r.batch / (r.ms / 1e3), r.host_logits_ms);
+    if (r.cublas_ms > 0) std::printf(" %10.3f %3.0f%%\n", r.cublas_ms, 100.0 * r.roofline_ms / r.cublas_ms);
+    else std::printf(" %14s\n", "-");
+  }
+  std::printf("(GEMMs of up to %d rows on the GEMV kernel; \"cuBLAS only\": the same steps with it off, alternating)\n",
+              gemv_rows);
   std::printf("(targets: >= 85%% of the roofline at batch 1, >= 70%% at batch 64; %lld graph / %lld eager steps)\n",
               static_cast<long long>(backend.graph_steps()), static_cast<long long>(backend.eager_steps()));
   return 0;

@@ -29,6 +29,13 @@ using cuda::DType;
 
 std::string mib(int64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; }
 
+void check_gemv_rows(int32_t rows) {
+  if (rows < 0 || rows > cuda::kGemvMaxRows) {
+    throw ModelError(model_error_code::kConfig,
+                     "gemv_max_rows must be 0.." + std::to_string(cuda::kGemvMaxRows) + ", got " + std::to_string(rows));
+  }
+}
+
 // One cudaMalloc, freed on destruction; a failure names what it was for and what is free.
 class DeviceMemory {
  public:
@@ -193,6 +200,7 @@ struct CudaBackend::Impl {
     if (options.max_batch_tokens <= 0 || options.max_seqs <= 0 || max_len <= 0) {
       throw ModelError(model_error_code::kConfig, "the CUDA backend needs max_batch_tokens, max_seqs and max_model_len > 0");
     }
+    check_gemv_rows(options.gemv_max_rows);
 
     int count = 0;
     const cudaError_t found = cudaGetDeviceCount(&count);
@@ -459,7 +467,11 @@ struct CudaBackend::Impl {
 
   void gemm_rows(const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride, int64_t m, int64_t n,
                  int64_t k, const void* bias) {
-    gemm->matmul(dtype, x, x_stride, w, y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
+    if (dtype != cuda::DType::kF32 && m <= options.gemv_max_rows &&
+        cuda::gemv_refusal(dtype, x, x_stride, w, int32_t(m), int32_t(n), int32_t(k)).empty())
+      cuda::gemv(dtype, x, x_stride, w, y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
+    else
+      gemm->matmul(dtype, x, x_stride, w, y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
     if (bias) cuda::add_bias(dtype, y, y_stride, bias, int32_t(m), int32_t(n), stream);
   }
 
@@ -1001,5 +1013,16 @@ int64_t CudaBackend::eager_steps() const { return impl_->eager_steps; }
 std::string CudaBackend::device_name() const { return impl_->device; }
 
 cuda::DType CudaBackend::dtype() const { return impl_->dtype; }
+
+void CudaBackend::set_gemv_max_rows(int32_t rows) {
+  Impl& m = *impl_;
+  check_gemv_rows(rows);
+  cuda::check(cudaSetDevice(m.options.device), "cudaSetDevice");
+  m.options.gemv_max_rows = rows;
+  if (m.num_blocks > 0) {
+    m.destroy_graphs();
+    m.capture_graphs();
+  }
+}
 
 }  // namespace strata

@@ -49,6 +49,25 @@ __device__ __forceinline__ float block_sum(float x, float* scratch) {
   return warp_sum(x);
 }
 
+// 16 bytes of weights through the read-only path. kStream: read once per kernel (a GEMV), so
+// not kept in L1, which holds x; otherwise kept (for other warps of the block on the same rows).
+template <bool kStream>
+__device__ __forceinline__ uint4 load_weights16(const void* p) {
+#ifdef STRATA_CUDA_EMULATION
+  return *static_cast<const uint4*>(p);
+#else
+  uint4 v;
+  if constexpr (kStream) {
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+  } else {
+    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  }
+  return v;
+#endif
+}
+
 // Calls f.template operator()<T>() with T the element type of `dtype`.
 template <typename F>
 void dispatch_dtype(DType dtype, F&& f) {

@@ -57,25 +57,6 @@ __host__ __device__ constexpr int lane_bytes(QuantType q) { return q == QuantTyp
 
 // ---- primitives (PTX on the GPU; C++ of the same effect in the emulation) --------------------
 
-// 16 bytes of weights through the read-only path. kStream: read once per kernel (the GEMV), so
-// not kept in L1, which holds x; otherwise kept (the tiled kernel's two warps on the same rows).
-template <bool kStream>
-__device__ __forceinline__ uint4 load_weights16(const void* p) {
-#ifdef STRATA_CUDA_EMULATION
-  return *static_cast<const uint4*>(p);
-#else
-  uint4 v;
-  if constexpr (kStream) {
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-  } else {
-    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  }
-  return v;
-#endif
-}
-
 // Bytes of {b, a} selected by the four nibbles of sel (__byte_perm without its sign modes).
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
 #ifdef STRATA_CUDA_EMULATION

@@ -562,6 +562,49 @@ void check_prefill(KvShape s, std::vector<int32_t> start_pos, std::vector<int32_
              compare(ref, out), std::is_same_v<T, float> ? 1e-5 : tolerance<T>());
 }
 
+// ---- decode GEMV --------------------------------------------------------------------------
+
+// y = x · wᵀ for m rows (strided x and y, poisoned padding that must stay), against float64;
+// then every row again alone (m = 1), which must give the same bytes: a row's result may not
+// depend on what is batched with it.
+template <typename T>
+void check_gemv(int32_t m, int32_t n, int32_t k) {
+  const int64_t x_stride = k + 8, y_stride = n + 3;
+  const std::vector<T> x = convert<T>(random_floats(size_t(m) * x_stride, 1.0f));
+  const std::vector<T> w = convert<T>(random_floats(size_t(n) * k, 1.0f / std::sqrt(float(k))));
+  DeviceBuffer<T> d_x(x.size()), d_w(w.size()), d_y(size_t(m) * y_stride), d_row{size_t(y_stride)};
+  d_x.upload(x);
+  d_w.upload(w);
+  d_y.poison();
+  gemv(dtype_of<T>(), d_x.ptr, x_stride, d_w.ptr, d_y.ptr, y_stride, m, n, k, nullptr);
+  STRATA_CK(cudaDeviceSynchronize());
+  const std::vector<T> got = d_y.download();
+  std::vector<double> ref(got.size());
+  std::vector<bool> inside(got.size(), false);
+  for (int32_t t = 0; t < m; ++t) {
+    for (int32_t j = 0; j < n; ++j) {
+      double s = 0.0;
+      for (int32_t i = 0; i < k; ++i) s += to_double(x[size_t(t) * x_stride + i]) * to_double(w[size_t(j) * k + i]);
+      ref[size_t(t) * y_stride + j] = s;
+      inside[size_t(t) * y_stride + j] = true;
+    }
+  }
+  size_t padding_written = 0;
+  for (size_t i = 0; i < got.size(); ++i) padding_written += !inside[i] && std::isfinite(to_double(got[i]));
+  const std::string shape = shape_text({{"m", m}, {"n", n}, {"k", k}});
+  report.add("gemv", dtype_name(dtype_of<T>()), shape, compare(ref, got, &inside), tolerance<T>());
+  report.add_exact("gemv padding not written", dtype_name(dtype_of<T>()), shape, padding_written == 0);
+  bool same = true;
+  for (int32_t t = 0; t < m && same; ++t) {
+    d_row.poison();
+    gemv(dtype_of<T>(), d_x.ptr + size_t(t) * x_stride, x_stride, d_w.ptr, d_row.ptr, y_stride, 1, n, k, nullptr);
+    STRATA_CK(cudaDeviceSynchronize());
+    const std::vector<T> alone = d_row.download();
+    same = std::memcmp(alone.data(), got.data() + size_t(t) * y_stride, sizeof(T) * size_t(n)) == 0;
+  }
+  report.add_exact("gemv row alone == batched", dtype_name(dtype_of<T>()), shape, same);
+}
+
 template <typename T>
 void check_dtype() {
   const bool full = !std::is_same_v<T, __half>;  // fp16 gets the same kernels: a lighter sweep
@@ -576,6 +619,21 @@ void check_dtype() {
   check_silu_mul<T>(14336, 3);
   check_silu_mul<T>(383, 5);
   check_small_ops<T>();
+
+  if constexpr (!std::is_same_v<T, float>) {
+    // Every m the kernel takes; k past and short of a whole 1,024-element round (its unrolled
+    // loads), n not a multiple of a block's 8 rows. Then the shapes it refuses.
+    for (int32_t m = 1; m <= kGemvMaxRows; ++m) check_gemv<T>(m, 37, 1032);
+    check_gemv<T>(1, 4099, 4096);
+    check_gemv<T>(3, 515, 264);
+    check_gemv<T>(8, 1, 8);
+    if (full) check_gemv<T>(2, 1000, 14336);
+    const bool refused = !gemv_refusal(dtype_of<T>(), nullptr, 12, nullptr, 1, 4, 12).empty() &&
+                         !gemv_refusal(dtype_of<T>(), nullptr, 16, nullptr, kGemvMaxRows + 1, 4, 16).empty() &&
+                         !gemv_refusal(DType::kF32, nullptr, 16, nullptr, 1, 4, 16).empty() &&
+                         gemv_refusal(dtype_of<T>(), nullptr, 16, nullptr, 1, 4, 16).empty();
+    report.add_exact("gemv refuses k % 8, m > max, fp32", dtype_name(dtype_of<T>()), "", refused);
+  }
 
   const KvShape llama3{32, 8, 128, 16, 64};
   const KvShape tiny{8, 4, 16, 16, 40};

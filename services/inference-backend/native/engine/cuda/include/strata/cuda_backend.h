@@ -32,6 +32,10 @@ struct CudaBackendOptions {
   // hands the logits to the core's CPU Sampler, as the CPU backend does. A vocabulary the GPU
   // sampler cannot hold (over ~55k entries before sm_90) samples on the CPU: sampling_note().
   bool sample_on_device = true;
+  // GEMMs of up to this many rows (decode steps of up to this many sequences) in bf16/fp16 run
+  // on the GEMV kernel (cuda::gemv) instead of cuBLAS; 0 = always cuBLAS. At most
+  // cuda::kGemvMaxRows.
+  int32_t gemv_max_rows = cuda::kGemvMaxRows;
 };
 
 struct CudaLoadStats {
@@ -74,6 +78,9 @@ class CudaBackend final : public ModelBackend {
   int64_t eager_steps() const;
   std::string device_name() const;
   cuda::DType dtype() const;
+  // Changes options.gemv_max_rows (0..cuda::kGemvMaxRows) after load, capturing the decode
+  // graphs again: for benchmarks that compare the GEMV kernel with cuBLAS in one process.
+  void set_gemv_max_rows(int32_t rows);
 
  private:
   struct Impl;

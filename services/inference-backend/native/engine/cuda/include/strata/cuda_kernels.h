@@ -59,6 +59,16 @@ void gather_rows(DType dtype, const void* src, int64_t src_stride, const int32_t
 void add_rms_norm(DType dtype, float* residual, const void* x, const void* weight, void* out, int32_t n_tokens,
                   int32_t hidden, float eps, Stream stream);
 
+// Decode GEMV (src/gemv.cu): y[i, j] = sum_k x[i, k] · w[j, k] for m <= kGemvMaxRows rows of x,
+// bf16/fp16, fp32 accumulation; the layouts of Gemm::matmul (w (n, k) contiguous, x and y row
+// strides), beta = 0. A row of y is computed in an order that depends on k only, so it has the
+// same bits whatever m is. gemv_refusal() says why a call cannot take it ("" when it can): fp32,
+// m outside 1..kGemvMaxRows, k or x_stride not a multiple of 8, x or w not 16-byte aligned.
+inline constexpr int32_t kGemvMaxRows = 8;
+std::string gemv_refusal(DType dtype, const void* x, int64_t x_stride, const void* w, int32_t m, int32_t n, int32_t k);
+void gemv(DType dtype, const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride, int32_t m, int32_t n,
+          int32_t k, Stream stream);
+
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, intermediate + i]: the fused gate/up projection's
 // output (n_tokens, 2 * intermediate) to the down projection's input (n_tokens, intermediate).
 void silu_mul(DType dtype, const void* gate_up, void* out, int32_t n_tokens, int32_t intermediate, Stream stream);
