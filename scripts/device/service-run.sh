@@ -14,20 +14,24 @@
 #  5. stops the service (SIGTERM, SIGKILL after 10 s; also on any exit of this script);
 #  6. unless --latency-streams 0: bench/http-latency.mjs, the per-token HTTP latency benchmark,
 #     at LATENCY_STREAMS streams on LATENCY_MODEL (its own model, tinystories-656k) and backend;
+#     with --latency-cuda-streams N (N > 0), again at N streams on the service's own model and
+#     the CUDA backend: the HTTP layer at a GPU model's token rate, its CPUs free of the engine;
 #  7. PREFIX.json: the load, the benchmark and, given --engine-json, the engine alone's result on
 #     the same workload, side by side; PREFIX.summary: one line of it.
 # Also PREFIX.service.log, PREFIX.load.json, PREFIX.metrics.txt (the last scrape),
-# PREFIX.http-latency.json and .log. Exit status 0 when every part passed.
+# PREFIX.http-latency.json and .log (and PREFIX.http-latency-cuda.*). Exit status 0 when every
+# part passed.
 #   bash scripts/device/service-run.sh --bundle DIR --backend cpu|cuda --model DIR --out PREFIX
 #     [--streams 64] [--requests N] [--prompt 1024] [--max-tokens 128] [--ready-timeout 300]
-#     [--latency-model DIR] [--latency-streams 256] [--latency-backend cpu] [--engine-json FILE]
+#     [--latency-model DIR] [--latency-streams 256] [--latency-backend cpu] [--latency-cuda-streams 0]
+#     [--engine-json FILE]
 #     [--port 18080] [--work DIR]   (also STRATA_* service settings from the environment)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=scripts/device/gpu-env.sh
 source "$here/gpu-env.sh"
 bundle="" backend="" model="" out="" streams=64 requests="" prompt=1024 max_tokens=128 ready_timeout=300
-latency_model="" latency_streams=256 latency_backend=cpu engine_json="" port=18080
+latency_model="" latency_streams=256 latency_backend=cpu latency_cuda_streams=0 engine_json="" port=18080
 work=${STRATA_SERVICE_WORK:-/tmp/strata-service}
 while [ $# -gt 0 ]; do
   case $1 in
@@ -43,6 +47,7 @@ while [ $# -gt 0 ]; do
     --latency-model) latency_model=$2 ;;
     --latency-streams) latency_streams=$2 ;;
     --latency-backend) latency_backend=$2 ;;
+    --latency-cuda-streams) latency_cuda_streams=$2 ;;
     --engine-json) engine_json=$2 ;;
     --port) port=$2 ;;
     --work) work=$2 ;;
@@ -57,7 +62,7 @@ fi
 requests=${requests:-$streams}
 mkdir -p "$(dirname "$out")" "$work" || exit 1
 out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
-rm -f "$out.json" "$out.summary" "$out.load.json" "$out.metrics.txt" "$out.http-latency.json" "$out.http-latency.log"
+rm -f "$out.json" "$out.summary" "$out.load.json" "$out.metrics.txt" "$out".http-latency*.json "$out".http-latency*.log
 
 # ---- 1. Node and the service
 unpack_xz() {  # file.xz, destination: xz, else Python's lzma
@@ -121,6 +126,7 @@ const [prefix, backend, model, readySeconds, engineFile] = process.argv.slice(2)
 const read = (f) => (f && fs.existsSync(f) ? JSON.parse(fs.readFileSync(f, 'utf8')) : null);
 const load = read(`${prefix}.load.json`);
 const latency = read(`${prefix}.http-latency.json`);
+const latencyCuda = read(`${prefix}.http-latency-cuda.json`);
 const engine = read(engineFile);
 const loaded = fs.readFileSync(`${prefix}.service.log`, 'utf8').split('\n').find((l) => l.includes('"msg":"model loaded"'));
 const result = {
@@ -132,6 +138,7 @@ const result = {
   service: load,
   engine_alone: engine,
   http_latency: latency,
+  http_latency_cuda: latencyCuda,
 };
 fs.writeFileSync(`${prefix}.json`, `${JSON.stringify(result, null, 2)}\n`);
 const f = (x) => (x === null || x === undefined ? '-' : Number(x).toFixed(0));
@@ -143,9 +150,11 @@ if (load)
       `KV peak ${load.server_metrics.kv_cache_usage_peak === null ? '-' : (100 * load.server_metrics.kv_cache_usage_peak).toFixed(1)}%`,
   );
 if (engine) parts.push(`engine alone: TTFT p50 ${f(engine.ttft_ms?.p50)} p99 ${f(engine.ttft_ms?.p99)} ms, ITL p50 ${engine.itl_ms?.p50?.toFixed(1)} p99 ${engine.itl_ms?.p99?.toFixed(1)} ms, ${f(engine.output_tokens_per_s)} tok/s`);
-if (latency) {
-  const top = latency.rows.filter((r) => r.concurrency === Math.max(...latency.rows.map((x) => x.concurrency)));
-  for (const r of top) parts.push(`http-latency ${r.concurrency} ${r.client}: added/token p99 ${r.itl_added_per_token.p99.toFixed(2)} ms`);
+for (const l of [latency, latencyCuda]) {
+  if (!l) continue;
+  const top = l.rows.filter((r) => r.concurrency === Math.max(...l.rows.map((x) => x.concurrency)));
+  for (const r of top)
+    parts.push(`http-latency ${l.backend} ${r.concurrency} ${r.client}: added/token p99 ${r.itl_added_per_token.p99.toFixed(2)} ms`);
 }
 fs.writeFileSync(`${prefix}.summary`, `${parts.join('; ')}\n`);
 console.log(`== ${parts.join('\n   ')}`);
@@ -230,19 +239,25 @@ stop_service
 echo "service stopped: $(grep -o '"outcome":"[a-z]*"' "$out.service.log" | tail -1)"
 
 # ---- 6. the per-token HTTP latency benchmark
+latency_bench() {  # streams, model, backend, output prefix
+  echo "== http-latency: $1 streams on $2 ($3 backend)"
+  STRATA_NATIVE_ADDON=$work/app/strata_native.node STRATA_SSE_CLIENT=$work/app/sse-client \
+    "$node" "$work/app/http-latency.js" --model "$2" --concurrency "$1" --backend "$3" --out "$4.json" > "$4.log" 2>&1
+  local rc=$?
+  tail -n 12 "$4.log"
+  return $rc
+}
 latency_rc=0
 if [ "$latency_streams" != 0 ]; then
   if [ -z "$latency_model" ]; then
     echo "--latency-model is needed unless --latency-streams 0" >&2
     latency_rc=2
   else
-    echo "== http-latency: $latency_streams streams on $latency_model ($latency_backend backend)"
-    STRATA_NATIVE_ADDON=$work/app/strata_native.node STRATA_SSE_CLIENT=$work/app/sse-client \
-      "$node" "$work/app/http-latency.js" --model "$latency_model" --concurrency "$latency_streams" \
-      --backend "$latency_backend" --out "$out.http-latency.json" > "$out.http-latency.log" 2>&1
-    latency_rc=$?
-    tail -n 12 "$out.http-latency.log"
+    latency_bench "$latency_streams" "$latency_model" "$latency_backend" "$out.http-latency" || latency_rc=$?
   fi
+fi
+if [ "$latency_cuda_streams" != 0 ]; then
+  latency_bench "$latency_cuda_streams" "$serve" cuda "$out.http-latency-cuda" || latency_rc=$?
 fi
 
 # ---- 7. side by side
