@@ -6,8 +6,9 @@ usage: record_run.py RESULTS_DIR BENCH_JSON --commit C --command CMD [--calls TE
 
 RESULTS_DIR is the unpacked results.tgz of the call (the plan's NN-step.* files). The
 record keeps each step's status, time and note, every check program's count, and the
-benchmarks' JSON as the programs wrote them. The ncu profile, when the call ran one, goes to
-its own file (PROFILE_JSON), which a run's record names. BENCH_JSON is made when missing.
+benchmarks' JSON as the programs wrote them. The ncu profile, when the call ran one, is
+appended to its own file (PROFILE_JSON: {"profiles": [...]}, one per commit), which the run's
+record names. BENCH_JSON is made when missing.
 """
 import argparse
 import datetime
@@ -73,9 +74,14 @@ def main():
     if profile:
         if not a.profile_out:
             sys.exit("record_run: the call ran a profile; name its file with --profile-out")
-        p = load(profile)
+        entry = {"commit": a.commit, "device": device, "command": a.command, **load(profile)}
+        profiles = {"profiles": []}
+        if os.path.exists(a.profile_out):
+            old = load(a.profile_out)
+            profiles = old if "profiles" in old else {"profiles": [old]}
+        profiles["profiles"].append(entry)
         with open(a.profile_out, "w") as f:
-            json.dump({"commit": a.commit, "device": device, "command": a.command, **p}, f, indent=1)
+            json.dump(profiles, f, indent=1)
             f.write("\n")
         run["profile"] = os.path.basename(a.profile_out)
     if a.note:
