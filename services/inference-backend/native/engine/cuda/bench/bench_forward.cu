@@ -5,11 +5,11 @@
 //     the bytes a step must read (weights, plus every sequence's K and V) over the measured copy
 //     bandwidth. Two ways: as the engine runs them, greedy sampling on the GPU with only tokens
 //     coming back (forward_sample), and with every row's fp32 logits copied to the host (forward).
-//     Batches of up to gemv_max_rows sequences (the GEMV kernel's) also run with it off, cuBLAS
-//     for every GEMM, alternating with the default twice.
+//     Batches of up to gemv_max_rows sequences (the GEMV kernel's: --gemv-rows, default the
+//     backend's) also run with it off, cuBLAS for every GEMM, alternating with it twice.
 //   bench_cuda_forward <model dir> [out.json] [--context C] [--batches 1,4,8,32,64,128] [--prefill-seqs P]
 //                      [--copy-mib 2048] [--gemm-n 8192]   (smaller ceilings: a smoke run, e.g. emulated)
-//                      [--profile prefill|decode:B]
+//                      [--profile prefill|decode:B] [--gemv-rows N]
 // --profile: for a profiler started with profiling off (ncu --profile-from-start off): only one
 // step is between cudaProfilerStart and cudaProfilerStop, a prefill step of P x C tokens or one
 // sampled decode step of batch B; nothing is timed or written.
@@ -113,7 +113,7 @@ int run(int argc, char** argv) {
     return 2;
   }
   std::string model_dir = argv[1], out_json, profile;
-  int32_t context = 1024, prefill_seqs = 8, gemm_n = 8192;
+  int32_t context = 1024, prefill_seqs = 8, gemm_n = 8192, gemv_rows = CudaBackendOptions{}.gemv_max_rows;
   size_t copy_mib = 2048;
   std::vector<int32_t> batches = {1, 4, 8, 32, 64, 128};
   for (int i = 2; i < argc; ++i) {
@@ -123,6 +123,7 @@ int run(int argc, char** argv) {
     else if (a == "--gemm-n" && i + 1 < argc) gemm_n = std::atoi(argv[++i]);
     else if (a == "--copy-mib" && i + 1 < argc) copy_mib = size_t(std::atoll(argv[++i]));
     else if (a == "--profile" && i + 1 < argc) profile = argv[++i];
+    else if (a == "--gemv-rows" && i + 1 < argc) gemv_rows = std::atoi(argv[++i]);
     else if (a == "--batches" && i + 1 < argc) {
       batches.clear();
       for (std::string list = argv[++i]; !list.empty();) {
@@ -164,6 +165,7 @@ int run(int argc, char** argv) {
   options.max_seqs = std::max(max_batch, prefill_seqs);
   options.max_batch_tokens = std::max(prefill_seqs * context, max_batch);
   options.max_model_len = context + steps + warm + 1;
+  options.gemv_max_rows = gemv_rows;  // the backend refuses a count outside 0..kGemvMaxRows
   CudaBackend backend(model_dir, options);
   const ModelConfig& c = backend.config();
   std::printf("%s: %d layers, hidden %d, vocab %d; loaded %.2f GB in %.2f s (%.2f GB/s) on %s\n", model_dir.c_str(),
@@ -260,7 +262,6 @@ int run(int argc, char** argv) {
   };
   // Batches the GEMV kernel serves run twice more with it off (cuBLAS for every GEMM), the two
   // alternating: GEMV, cuBLAS, GEMV, cuBLAS (each switch captures the graphs again).
-  const int32_t gemv_rows = options.gemv_max_rows;
   std::vector<Row> rows;
   for (int32_t b : batches) {
     std::vector<double> ms, host_ms, cublas_ms, cublas_host_ms;

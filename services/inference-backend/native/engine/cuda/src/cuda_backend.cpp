@@ -465,15 +465,10 @@ struct CudaBackend::Impl {
     capture_graphs();
   }
 
-  // The GEMV kernel serves this GEMM (else cuBLAS): bf16/fp16, m <= options.gemv_max_rows.
-  bool use_gemv(const void* x, int64_t x_stride, const void* w, int64_t m, int64_t n, int64_t k) const {
-    return dtype != cuda::DType::kF32 && m <= options.gemv_max_rows &&
-           cuda::gemv_refusal(dtype, x, x_stride, w, int32_t(m), int32_t(n), int32_t(k)).empty();
-  }
-
   void gemm_rows(const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride, int64_t m, int64_t n,
                  int64_t k, const void* bias) {
-    if (use_gemv(x, x_stride, w, m, n, k))
+    if (dtype != cuda::DType::kF32 && m <= options.gemv_max_rows &&
+        cuda::gemv_refusal(dtype, x, x_stride, w, int32_t(m), int32_t(n), int32_t(k)).empty())
       cuda::gemv(dtype, x, x_stride, w, y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
     else
       gemm->matmul(dtype, x, x_stride, w, y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
@@ -680,13 +675,8 @@ struct CudaBackend::Impl {
       cuda::add_rms_norm(dtype, res, proj.as(), w.post_norm, normed.as(), tokens, int32_t(hidden), config.rms_norm_eps,
                          stream);
       gemm_rows(normed.as(), hidden, w.gate_up, gate_up.as(), 2 * inter, tokens, 2 * inter, hidden, nullptr);
-      if (use_gemv(gate_up.as(), 2 * inter, w.down, tokens, hidden, inter)) {
-        cuda::gemv_silu(dtype, gate_up.as(), 2 * inter, w.down, proj.as(), hidden, int32_t(tokens), int32_t(hidden),
-                        int32_t(inter), stream);
-      } else {
-        cuda::silu_mul(dtype, gate_up.as(), act.as(), tokens, int32_t(inter), stream);
-        gemm_rows(act.as(), inter, w.down, proj.as(), hidden, tokens, hidden, inter, nullptr);
-      }
+      cuda::silu_mul(dtype, gate_up.as(), act.as(), tokens, int32_t(inter), stream);
+      gemm_rows(act.as(), inter, w.down, proj.as(), hidden, tokens, hidden, inter, nullptr);
     }
 
     if (shape.n_logits == 0) return;

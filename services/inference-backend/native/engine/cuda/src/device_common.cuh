@@ -25,14 +25,6 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { re
 template <>
 __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 
-// transformers computes act_fn(gate) in the model's dtype, then multiplies by up in it too.
-template <typename T>
-__device__ __forceinline__ T silu_times(T gate, T up) {
-  const float g = to_float(gate);
-  const float act = to_float(from_float<T>(g / (1.0f + __expf(-g))));
-  return from_float<T>(act * to_float(up));
-}
-
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);

@@ -13,12 +13,6 @@
 // every row). The products accumulate in fp32 per lane in k order, then across lanes in a fixed
 // butterfly, so a row's result depends on its weights, its x row and k only: not on m, n, or
 // where the row lies, and the same m = 1 step gives the same bits whatever else is batched.
-//
-// gemv_silu takes the MLP's gate/up output as x and applies silu_mul's arithmetic to each
-// element as it loads it (silu_times, the same roundings), so the down projection of a decode
-// step needs no silu_mul launch and no activation round trip: the same bytes as silu_mul then
-// gemv. Each block recomputes the activations of its rows' x (k exponentials per token): cheap
-// next to the 16 bytes of weights each 8 of them meet.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -45,23 +39,7 @@ union Pack16 {
   T v[kVec];
 };
 
-// x's 8 elements at col of row t: loaded, or (kSilu) silu(gate) * up from the row's two halves.
-template <typename T, bool kSilu>
-__device__ __forceinline__ void load_x8(const T* xt, int32_t col, int32_t k, float (&xf)[kVec]) {
-  Pack16<T> a;
-  a.raw = *reinterpret_cast<const uint4*>(xt + col);
-  if constexpr (kSilu) {
-    Pack16<T> up;
-    up.raw = *reinterpret_cast<const uint4*>(xt + k + col);
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) xf[e] = to_float(silu_times(a.v[e], up.v[e]));
-  } else {
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) xf[e] = to_float(a.v[e]);
-  }
-}
-
-template <typename T, int M, bool kSilu>
+template <typename T, int M>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const T* __restrict__ x, int64_t x_stride,
                                                             const T* __restrict__ w, T* __restrict__ y,
                                                             int64_t y_stride, int32_t n, int32_t k) {
@@ -91,8 +69,11 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const T* __restrict__
       if (col >= k) break;
 #pragma unroll
       for (int t = 0; t < M; ++t) {
+        Pack16<T> xv;
+        xv.raw = *reinterpret_cast<const uint4*>(x + t * x_stride + col);
         float xf[kVec];
-        load_x8<T, kSilu>(x + t * x_stride, col, k, xf);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) xf[e] = to_float(xv.v[e]);
 #pragma unroll
         for (int r = 0; r < kRows; ++r)
 #pragma unroll
@@ -112,43 +93,21 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const T* __restrict__
       if (lane == r * M + t && row0 + r < n) y[t * y_stride + row0 + r] = from_float<T>(acc[r][t]);
 }
 
-template <typename T, int M, bool kSilu>
+template <typename T, int M>
 void launch(const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride, int32_t n, int32_t k,
             Stream stream) {
   const int64_t rows_per_block = int64_t{kWarps} * kRows;
-  gemv_kernel<T, M, kSilu><<<static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block), kWarps * 32, 0, stream>>>(
+  gemv_kernel<T, M><<<static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block), kWarps * 32, 0, stream>>>(
       static_cast<const T*>(x), x_stride, static_cast<const T*>(w), static_cast<T*>(y), y_stride, n, k);
 }
 
-template <typename T, int M, bool kSilu>
+template <typename T, int M>
 void launch_up_to(int32_t m, const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride, int32_t n,
                   int32_t k, Stream stream) {
   if constexpr (M > 1) {
-    if (m < M) return launch_up_to<T, M - 1, kSilu>(m, x, x_stride, w, y, y_stride, n, k, stream);
+    if (m < M) return launch_up_to<T, M - 1>(m, x, x_stride, w, y, y_stride, n, k, stream);
   }
-  launch<T, M, kSilu>(x, x_stride, w, y, y_stride, n, k, stream);
-}
-
-void run(bool silu, DType dtype, const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride, int32_t m,
-         int32_t n, int32_t k, Stream stream) {
-  const char* name = silu ? "gemv_silu" : "gemv";
-  const std::string refusal = gemv_refusal(dtype, x, x_stride, w, m, n, k);
-  if (!refusal.empty()) throw CudaError(std::string(name) + ": " + refusal);
-  if (y_stride < n) {
-    throw CudaError(std::string(name) + ": y's row stride " + std::to_string(y_stride) + " is under n " +
-                    std::to_string(n));
-  }
-  if (silu && x_stride < 2 * int64_t{k}) {
-    throw CudaError("gemv_silu: x's row stride " + std::to_string(x_stride) + " is under 2k " +
-                    std::to_string(2 * int64_t{k}));
-  }
-  dispatch_dtype(dtype, [&]<typename T>() {
-    if constexpr (!std::is_same_v<T, float>) {
-      if (silu) launch_up_to<T, kGemvMaxRows, true>(m, x, x_stride, w, y, y_stride, n, k, stream);
-      else launch_up_to<T, kGemvMaxRows, false>(m, x, x_stride, w, y, y_stride, n, k, stream);
-    }
-  });
-  check_launch(name);
+  launch<T, M>(x, x_stride, w, y, y_stride, n, k, stream);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -167,12 +126,13 @@ std::string gemv_refusal(DType dtype, const void* x, int64_t x_stride, const voi
 
 void gemv(DType dtype, const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride, int32_t m, int32_t n,
           int32_t k, Stream stream) {
-  run(false, dtype, x, x_stride, w, y, y_stride, m, n, k, stream);
-}
-
-void gemv_silu(DType dtype, const void* gate_up, int64_t gate_up_stride, const void* w, void* y, int64_t y_stride,
-               int32_t m, int32_t n, int32_t k, Stream stream) {
-  run(true, dtype, gate_up, gate_up_stride, w, y, y_stride, m, n, k, stream);
+  const std::string refusal = gemv_refusal(dtype, x, x_stride, w, m, n, k);
+  if (!refusal.empty()) throw CudaError("gemv: " + refusal);
+  if (y_stride < n) throw CudaError("gemv: y's row stride " + std::to_string(y_stride) + " is under n " + std::to_string(n));
+  dispatch_dtype(dtype, [&]<typename T>() {
+    if constexpr (!std::is_same_v<T, float>) launch_up_to<T, kGemvMaxRows>(m, x, x_stride, w, y, y_stride, n, k, stream);
+  });
+  check_launch("gemv");
 }
 
 }  // namespace strata::cuda

@@ -68,10 +68,6 @@ inline constexpr int32_t kGemvMaxRows = 8;
 std::string gemv_refusal(DType dtype, const void* x, int64_t x_stride, const void* w, int32_t m, int32_t n, int32_t k);
 void gemv(DType dtype, const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride, int32_t m, int32_t n,
           int32_t k, Stream stream);
-// gemv with x = silu_mul's output computed on the fly from gate_up (m rows of 2k elements, gate
-// then up, rows gate_up_stride >= 2k apart): the bytes of silu_mul then gemv, in one launch.
-void gemv_silu(DType dtype, const void* gate_up, int64_t gate_up_stride, const void* w, void* y, int64_t y_stride,
-               int32_t m, int32_t n, int32_t k, Stream stream);
 
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, intermediate + i]: the fused gate/up projection's
 // output (n_tokens, 2 * intermediate) to the down projection's input (n_tokens, intermediate).
