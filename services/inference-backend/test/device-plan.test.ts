@@ -463,6 +463,16 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
     }
   });
 
+  it('times the GEMV kernel against cuBLAS at 1 to 8 rows, when named', () => {
+    const sb = sandbox();
+    const r = sb.run('--dry-run', 'gemv');
+    expect(r.status, r.stdout + r.stderr).toBe(0);
+    expect(sb.planJson().selected).toEqual(['machine', 'build', 'llama3', 'gemv']);
+    expect(sb.log('gemv')).toMatch(
+      /dry-run: \S+\/bench_cuda_forward \S+llama3-[0-9a-f]{16} \S+-gemv\.json --gemv-rows 8 --batches 1\\?,2\\?,4\\?,8 --prefill-seqs 2\n/, // %q escapes the commas
+    );
+  });
+
   it('sums ncu durations by kernel and class (ncu_summary.py)', () => {
     const dir = mkdtempSync(join(tmpdir(), 'strata-ncu-'));
     sandboxes.push(dir);

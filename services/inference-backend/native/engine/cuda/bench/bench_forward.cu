@@ -7,7 +7,7 @@
 //     coming back (forward_sample), and with every row's fp32 logits copied to the host (forward).
 //     Batches of up to gemv_max_rows sequences (the GEMV kernel's: --gemv-rows, default the
 //     backend's) also run with it off, cuBLAS for every GEMM, alternating with it twice.
-//   bench_cuda_forward <model dir> [out.json] [--context C] [--batches 1,4,8,32,64,128] [--prefill-seqs P]
+//   bench_cuda_forward <model dir> [out.json] [--context C] [--batches 1,4,8,32,64,128,256] [--prefill-seqs P]
 //                      [--copy-mib 2048] [--gemm-n 8192]   (smaller ceilings: a smoke run, e.g. emulated)
 //                      [--profile prefill|decode:B] [--gemv-rows N]
 // --profile: for a profiler started with profiling off (ncu --profile-from-start off): only one
@@ -115,7 +115,7 @@ int run(int argc, char** argv) {
   std::string model_dir = argv[1], out_json, profile;
   int32_t context = 1024, prefill_seqs = 8, gemm_n = 8192, gemv_rows = CudaBackendOptions{}.gemv_max_rows;
   size_t copy_mib = 2048;
-  std::vector<int32_t> batches = {1, 4, 8, 32, 64, 128};
+  std::vector<int32_t> batches = {1, 4, 8, 32, 64, 128, 256};
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--context" && i + 1 < argc) context = std::atoi(argv[++i]);
