@@ -34,11 +34,13 @@ struct CudaBackendOptions {
   bool sample_on_device = true;
   // GEMMs of up to this many rows (decode steps of up to this many sequences) in bf16/fp16 run
   // on the GEMV kernel (cuda::gemv) instead of cuBLAS; 0 = always cuBLAS; at most
-  // cuda::kGemvMaxRows. 1 by default: on an H100 the kernel read Llama-3-8B's o, gate/up and
-  // q/k/v weights at batch 1 as fast as cuBLAS or faster without its split-K reduce launches,
-  // and a step of 4 or 8 sequences took 1.7x and 2.8x cuBLAS's time in a build that also
-  // recomputed silu_mul inside the down projection's GEMV (docs/cuda-notes.md).
-  int32_t gemv_max_rows = 1;
+  // cuda::kGemvMaxRows. Off by default: on an H100 the kernel read Llama-3-8B's o, gate/up and
+  // q/k/v weights at batch 1 as fast as cuBLAS or faster, but the only build timed there
+  // (which also recomputed silu_mul inside the down projection's GEMV) was on par at batch 1
+  // and took 1.7x and 2.8x cuBLAS's time at 4 and 8 sequences (docs/cuda-notes.md). A
+  // sequence's bf16 logits then also depend on whether its step had at most this many rows
+  // (the two kernels round differently), so greedy tokens alone and batched can part.
+  int32_t gemv_max_rows = 0;
 };
 
 struct CudaLoadStats {
