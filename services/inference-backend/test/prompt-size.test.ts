@@ -227,8 +227,10 @@ describe.skipIf(!smol.path)(`prompt size on SmolLM2-135M-Instruct${smol.skipped}
         expect(sent.body.error?.message).toMatch(/^prompt has 66\d{4} tokens but max_model_len is 8192/);
       }
       // The event loop's own work for it: the body and the ids, nothing per token (about 22 ms
-      // here). Encoding on this thread cost 84 to 105 ms (the ids copied into JS, the Encoding freed).
-      expect(alone.mainCpuMs).toBeLessThan(50);
+      // here, once 54 ms in a fresh-clone CI run on this 2-core VM: its garbage collection counts
+      // too). Encoding on this thread cost 84 to 105 ms (the ids copied into JS, the Encoding
+      // freed): the bound sits between the two.
+      expect(alone.mainCpuMs).toBeLessThan(70);
       // Probes answered all along: many times, never after a long wait (generous for a busy machine).
       for (const probe of ['/health/live', '/load']) {
         expect(probed.probes[probe]?.answers).toBeGreaterThan(probed.ms / 100);
