@@ -35,21 +35,21 @@ self=scripts/device/gpu-plan.sh
 # The plan, in order of value, and the extras, run only when named.
 PLAN=(machine build gemm kernels quant sampling backend memcheck llama3 hf_logits forward hf_generate e2e)
 EXTRAS=(profile bench_gemm bench_quant bench_sampling e2e_cpu_sampling memcheck_quant racecheck_quant
-  memcheck_sampling racecheck_sampling service bench_attention gemv)
+  memcheck_sampling racecheck_sampling service bench_attention gemv gguf)
 # Each step's timeout (s), the least time worth starting it with, and the steps it needs.
 declare -A CAP=([machine]=45 [build]=330 [gemm]=60 [kernels]=90 [quant]=90 [sampling]=150 [backend]=120
   [memcheck]=180 [llama3]=300 [hf_logits]=150 [forward]=180 [hf_generate]=180 [e2e]=180
   [profile]=240 [bench_gemm]=120 [bench_quant]=180 [bench_sampling]=180 [e2e_cpu_sampling]=180 [memcheck_quant]=240
-  [racecheck_quant]=300 [memcheck_sampling]=300 [racecheck_sampling]=300 [service]=240 [bench_attention]=120 [gemv]=150)
+  [racecheck_quant]=300 [memcheck_sampling]=300 [racecheck_sampling]=300 [service]=240 [bench_attention]=120 [gemv]=150 [gguf]=240)
 declare -A MIN=([machine]=5 [build]=60 [gemm]=15 [kernels]=20 [quant]=20 [sampling]=30 [backend]=20
   [memcheck]=60 [llama3]=60 [hf_logits]=45 [forward]=60 [hf_generate]=60 [e2e]=60
   [profile]=60 [bench_gemm]=30 [bench_quant]=30 [bench_sampling]=30 [e2e_cpu_sampling]=60 [memcheck_quant]=60
-  [racecheck_quant]=60 [memcheck_sampling]=60 [racecheck_sampling]=60 [service]=90 [bench_attention]=30 [gemv]=60)
+  [racecheck_quant]=60 [memcheck_sampling]=60 [racecheck_sampling]=60 [service]=90 [bench_attention]=30 [gemv]=60 [gguf]=90)
 declare -A NEEDS=([gemm]=build [kernels]=build [quant]=build [sampling]=build [backend]=build
   [memcheck]=build [hf_logits]="build llama3" [forward]="build llama3" [hf_generate]=llama3
   [e2e]="build llama3" [profile]="build llama3" [bench_gemm]=build [bench_quant]=build [bench_sampling]=build
   [e2e_cpu_sampling]="build llama3" [memcheck_quant]=build [racecheck_quant]=build
-  [memcheck_sampling]=build [racecheck_sampling]=build [service]="build llama3" [bench_attention]=build [gemv]="build llama3")
+  [memcheck_sampling]=build [racecheck_sampling]=build [service]="build llama3" [bench_attention]=build [gemv]="build llama3" [gguf]="build llama3")
 declare -A WHAT=([machine]="GPU, driver, toolkit and tools"
   [build]="the GPU programs for this GPU's arch (or the prebuilt ones)"
   [gemm]="cuBLASLt / cublasGemmEx against float64 (check_cuda_gemm)"
@@ -67,6 +67,7 @@ declare -A WHAT=([machine]="GPU, driver, toolkit and tools"
   [bench_gemm]="bench_cuda_gemm" [bench_quant]="bench_cuda_quant" [bench_sampling]="bench_cuda_sampling"
   [bench_attention]="decode attention alone, CUDA cores against tensor cores (bench_cuda_attention)"
   [gemv]="decode steps of 1 to 8 sequences, the GEMV kernel against cuBLAS (bench_cuda_forward --gemv-rows 8)"
+  [gguf]="GGUF Q4_0/Q8_0 on the GPU: tinystories-656k checked (check_cuda_backend), Llama-3-8B-shaped timed (bench_cuda_forward)"
   [e2e_cpu_sampling]="bench_cuda_e2e with the CPU sampler"
   [memcheck_quant]="compute-sanitizer memcheck over check_cuda_quant"
   [racecheck_quant]="compute-sanitizer racecheck over check_cuda_quant"
@@ -470,6 +471,7 @@ step_main() {
     hf_logits) check check_cuda_hf_logits "$MODEL" ;;
     forward) gpu "$BIN/bench_cuda_forward" "$MODEL" "$STRATA_PLAN_BASE.json" ;;
     gemv) gpu "$BIN/bench_cuda_forward" "$MODEL" "$STRATA_PLAN_BASE.json" --gemv-rows 8 --batches 1,2,4,8 --prefill-seqs 2 ;;
+    gguf) step_gguf ;;
     hf_generate) PYTHONUNBUFFERED=1 gpu python3 scripts/device/hf_generate.py "$MODEL" "$STRATA_PLAN_BASE.json" ;;
     e2e | e2e_cpu_sampling) step_e2e "$name" ;;
     profile) step_profile ;;
@@ -532,7 +534,7 @@ step_build() {
 
 step_backend() {
   local models=() m
-  for m in tinystories-656k stories260K; do
+  for m in tinystories-656k stories260K tinystories-656k-gguf; do
     [ -d "$MODELS/$m" ] && models+=("$MODELS/$m")
   done
   if [ ${#models[@]} -eq 0 ]; then
@@ -541,6 +543,32 @@ step_backend() {
   fi
   note "on ${models[*]##*/}"
   check check_cuda_backend "${models[@]}"
+}
+
+# The quantized weights on the GPU: tinystories-656k written as a Q4_0 GGUF file and checked
+# (its blocks on the device against the same weights dequantized, and against the CPU backend),
+# then the Llama-3-8B-shaped model as Q4_0 and Q8_0 files (made once per machine beside it, named
+# by the converter's hash), prefill and decode timed against the roofline of what they hold.
+step_gguf() {
+  local type file tiny=$MODELS/tinystories-656k converter
+  converter=$(sha256sum scripts/device/llama3_gguf.py | cut -c1-8)
+  if [ ! -d "$tiny" ]; then
+    note "no $tiny: carry .device-models (scripts/device/prepare-models.sh)"
+    exit 77
+  fi
+  gpu python3 scripts/device/llama3_gguf.py "$tiny" "$CACHE/tinystories-656k-Q4_0.gguf" --type Q4_0 || exit 1
+  check check_cuda_backend "$CACHE/tinystories-656k-Q4_0.gguf" || exit 1
+  for type in Q4_0 Q8_0; do
+    file=$MODEL-$type-$converter.gguf
+    if [ -s "$file" ]; then
+      echo "reusing $file"
+    else
+      gpu python3 scripts/device/llama3_gguf.py "$MODEL" "$file.part" --type "$type" || exit 1
+      gpu mv "$file.part" "$file" || exit 1
+    fi
+    gpu "$BIN/bench_cuda_forward" "$file" "$STRATA_PLAN_BASE-$type.json" --batches 1,8,64 --prefill-seqs 2 || exit 1
+  done
+  note "tinystories-656k Q4_0 checked; Llama-3-8B-shaped Q4_0 and Q8_0 timed"
 }
 
 step_llama3() {

@@ -52,12 +52,12 @@ def main():
            "command": a.command, "steps": steps}
 
     checks = []
-    for name in ("gemm", "kernels", "quant", "sampling", "backend", "hf_logits"):
+    for name in ("gemm", "kernels", "quant", "sampling", "backend", "hf_logits", "gguf"):
         path = one(a.results, f"*-{name}.json")
         if path:
             d = load(path)
             rows = d.get("rows", [])
-            checks.append({"program": d["program"], "checks": len(rows),
+            checks.append({"step": name, "program": d["program"], "checks": len(rows),
                            "failed": sum(1 for r in rows if not r.get("pass")), "seed": str(d.get("seed"))})
     if checks:
         run["checks"] = checks
@@ -66,7 +66,8 @@ def main():
             run[name] = steps[name]["note"]
     for key, pattern in (("hf_logits", "*-hf_logits.json"), ("forward", "*-forward.json"),
                          ("hf_generate", "*-hf_generate.json"), ("e2e", "*-e2e.json"),
-                         ("bench_attention", "*-bench_attention.json"), ("service", "*-service.json")):
+                         ("bench_attention", "*-bench_attention.json"), ("service", "*-service.json"),
+                         ("gemv", "*-gemv.json"), ("gguf_Q4_0", "*-gguf-Q4_0.json"), ("gguf_Q8_0", "*-gguf-Q8_0.json")):
         path = one(a.results, pattern)
         if path:
             run[key] = load(path)

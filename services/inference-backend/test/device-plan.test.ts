@@ -473,6 +473,33 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
     );
   });
 
+  it('checks and times GGUF copies of the models, when named', () => {
+    const sb = sandbox();
+    const r = sb.run('--dry-run', 'gguf');
+    expect(r.status, r.stdout + r.stderr).toBe(0);
+    expect(sb.planJson().selected).toEqual(['machine', 'build', 'llama3', 'gguf']);
+    const log = sb.log('gguf');
+    const cache = join(sb.dir, 'cache');
+    const tiny = join(cache, 'tinystories-656k-Q4_0.gguf');
+    expect(log).toContain(
+      `dry-run: python3 scripts/device/llama3_gguf.py ${join(sb.dir, 'models', 'tinystories-656k')} ${tiny} --type Q4_0\n`,
+    );
+    expect(log).toContain(`/check_cuda_backend ${tiny}\n`);
+    for (const type of ['Q4_0', 'Q8_0']) {
+      const file = new RegExp(`(\\S+llama3-[0-9a-f]{16}-${type}-[0-9a-f]{8}\\.gguf)`);
+      const made = new RegExp(
+        `dry-run: python3 scripts/device/llama3_gguf\\.py \\S+llama3-[0-9a-f]{16} ${file.source}\\.part --type ${type}\n`,
+      ).exec(log);
+      expect(made, log).not.toBeNull();
+      expect(log).toMatch(
+        new RegExp(
+          `/bench_cuda_forward ${made?.[1]} \\S+-gguf-${type}\\.json --batches 1\\\\?,8\\\\?,64 --prefill-seqs 2\n`,
+        ),
+      );
+    }
+    expect(sb.step('gguf').status).toBe('ok');
+  });
+
   it('sums ncu durations by kernel and class (ncu_summary.py)', () => {
     const dir = mkdtempSync(join(tmpdir(), 'strata-ncu-'));
     sandboxes.push(dir);

@@ -14,7 +14,8 @@
 // step is between cudaProfilerStart and cudaProfilerStop, a prefill step of P x C tokens or one
 // sampled decode step of batch B; nothing is timed or written.
 // The model is any Hugging Face Llama directory (scripts/device/llama3_random.py writes a
-// Llama-3-8B-shaped one with random weights). Prints a table last.
+// Llama-3-8B-shaped one with random weights) or GGUF file (llama3_gguf.py writes that model
+// quantized; the roofline then counts its blocks' bytes). Prints a table last.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -168,8 +169,10 @@ int run(int argc, char** argv) {
   options.gemv_max_rows = gemv_rows;  // the backend refuses a count outside 0..kGemvMaxRows
   CudaBackend backend(model_dir, options);
   const ModelConfig& c = backend.config();
-  std::printf("%s: %d layers, hidden %d, vocab %d; loaded %.2f GB in %.2f s (%.2f GB/s) on %s\n", model_dir.c_str(),
-              c.num_layers, c.hidden_size, c.vocab_size, backend.load_stats().bytes / 1e9, backend.load_stats().seconds,
+  std::printf("%s: %d layers, hidden %d, vocab %d, weights %s (%.2f GB a decode step reads); loaded %.2f GB in %.2f s "
+              "(%.2f GB/s) on %s\n",
+              model_dir.c_str(), c.num_layers, c.hidden_size, c.vocab_size, backend.weights_format().c_str(),
+              double(backend.decode_weight_bytes()) / 1e9, backend.load_stats().bytes / 1e9, backend.load_stats().seconds,
               backend.load_stats().gb_per_s(), backend.device_name().c_str());
 
   const int32_t n_seqs = std::max(max_batch, prefill_seqs);
@@ -217,7 +220,8 @@ int run(int argc, char** argv) {
   const double prefill_rate = prefill_flops / (prefill_median / 1e3);
 
   // Decode: each batch size runs `steps` timed steps after `warm`, every sequence one token on.
-  const double weight_bytes = (layer_params * c.num_layers + double(c.vocab_size) * c.hidden_size + c.hidden_size) * 2.0;
+  // What the backend holds (a GGUF file's blocks at their size), less the gather-only embedding table.
+  const double weight_bytes = double(backend.decode_weight_bytes());
   const double kv_bytes_per_token = 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * 2.0;
   // Each step runs twice at the same position, interleaved: sampled on the GPU (greedy; only the
   // tokens come back) as the engine runs it, then with the logits copied to the host.
@@ -283,7 +287,8 @@ int run(int argc, char** argv) {
   if (!out_json.empty()) {
     std::ofstream out(out_json);
     out << "{\"benchmark\":\"cuda-forward\",\"device\":\"" << backend.device_name() << "\",\"model\":\"" << model_dir
-        << "\",\"dtype\":\"bf16\",\"context\":" << context << ",\"copy_bandwidth_gb_s\":" << bandwidth / 1e9
+        << "\",\"dtype\":\"bf16\",\"weights\":\"" << backend.weights_format()
+        << "\",\"decode_weight_bytes\":" << backend.decode_weight_bytes() << ",\"context\":" << context << ",\"copy_bandwidth_gb_s\":" << bandwidth / 1e9
         << ",\"gemm_bf16_tflops\":" << peak / 1e12 << ",\"load_gb_s\":" << backend.load_stats().gb_per_s()
         << ",\"prefill\":{\"seqs\":" << prefill_seqs << ",\"tokens\":" << prefill_tokens << ",\"ms\":" << prefill_median
         << ",\"tflops\":" << prefill_rate / 1e12 << ",\"fraction_of_gemm\":" << prefill_rate / peak << "},\"decode\":[";
@@ -312,8 +317,11 @@ int run(int argc, char** argv) {
     if (r.cublas_ms > 0) std::printf(" %10.3f %3.0f%%\n", r.cublas_ms, 100.0 * r.roofline_ms / r.cublas_ms);
     else std::printf(" %14s\n", "-");
   }
-  std::printf("(GEMMs of up to %d rows on the GEMV kernel; \"cuBLAS only\": the same steps with it off, alternating)\n",
-              gemv_rows);
+  if (gemv_rows > 0)
+    std::printf("(GEMMs of up to %d rows on the GEMV kernel; \"cuBLAS only\": the same steps with it off, alternating)\n",
+                gemv_rows);
+  else
+    std::printf("(every dense GEMM on cuBLAS: the GEMV kernel is off, --gemv-rows N compares it)\n");
   std::printf("(targets: >= 85%% of the roofline at batch 1, >= 70%% at batch 64; %lld graph / %lld eager steps)\n",
               static_cast<long long>(backend.graph_steps()), static_cast<long long>(backend.eager_steps()));
   return 0;

@@ -7,14 +7,18 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "rope.h"
 #include "strata/cuda_gemm.h"
+#include "strata/cuda_quant.h"
 #include "strata/cuda_sampling.h"
+#include "strata/gguf.h"
 #include "strata/model_config.h"
 #include "strata/model_error.h"
+#include "strata/model_source.h"
 #include "strata/model_weights.h"
 #include "strata/safetensors.h"
 #include "tensor_slots.h"
@@ -102,16 +106,105 @@ DType checkpoint_dtype(const TensorInfo& t) {
                                                    t.dtype + "; the CUDA backend reads F32, BF16 and F16");
 }
 
+// A linear layer's weight (n, k) on the device: dense rows in the backend's dtype, or a GGUF
+// file's Q4_0/Q4_1/Q8_0 blocks in quant_gemm's layout (cuda_quant.h).
+struct Linear {
+  void* dense = nullptr;
+  cuda::QuantWeight quant;
+  bool is_quant = false;  // quant holds the weight (its data is set once the allocation exists)
+  bool quantized() const { return is_quant; }
+};
+
+// How each linear weight of a layer is kept: nullopt = dense in the dtype, else quantized.
+struct LayerFormats {
+  std::optional<QuantType> qkv, o_proj, gate_up, down;
+};
+
 struct CudaLayer {
   void* input_norm;
-  void* qkv;       // (q_dim + 2 kv_dim, hidden): q rows, k rows, v rows
+  Linear qkv;      // (q_dim + 2 kv_dim, hidden): q rows, k rows, v rows
   void* qkv_bias;  // (q_dim + 2 kv_dim) or null
-  void* o_proj;    // (hidden, q_dim)
+  Linear o_proj;   // (hidden, q_dim)
   void* o_bias;    // (hidden) or null
   void* post_norm;
-  void* gate_up;   // (2 intermediate, hidden): gate rows, then up rows
-  void* down;      // (hidden, intermediate)
+  Linear gate_up;  // (2 intermediate, hidden): gate rows, then up rows
+  Linear down;     // (hidden, intermediate)
 };
+
+// Weights to the device through two pinned buffers in turn: while one chunk is copied and
+// converted on the device, the next is read from the host. Chunks of one tensor or many; the
+// source may be freed once a call returns (its bytes are in a staging buffer by then).
+class WeightUploader {
+ public:
+  WeightUploader(cudaStream_t stream, DType dtype, CudaLoadStats& load) : stream_(stream), dtype_(dtype), load_(load) {
+    for (cudaEvent_t& e : done_) cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  WeightUploader(const WeightUploader&) = delete;
+  WeightUploader& operator=(const WeightUploader&) = delete;
+  ~WeightUploader() {
+    cudaStreamSynchronize(stream_);
+    for (cudaEvent_t e : done_) cudaEventDestroy(e);
+  }
+
+  // `elems` values of `src_dtype`, converted on the device into the backend's dtype at dst.
+  void convert(const void* src, DType src_dtype, int64_t elems, void* dst) {
+    const size_t size = cuda::dtype_size(src_dtype), esize = cuda::dtype_size(dtype_);
+    const int64_t per_chunk = int64_t(kChunk / size);
+    for (int64_t first = 0; first < elems; first += per_chunk) {
+      const int64_t n = std::min(per_chunk, elems - first);
+      const int s = next_slot(static_cast<const char*>(src) + first * int64_t(size), size_t(n) * size);
+      cuda::convert(src_dtype, raw_[s].as(), dtype_, static_cast<char*>(dst) + first * int64_t(esize), n, stream_);
+      record(s);
+    }
+  }
+  // `bytes` copied as they are (quantized blocks already in the GPU layout).
+  void copy(const void* src, int64_t bytes, void* dst) {
+    for (int64_t first = 0; first < bytes; first += int64_t(kChunk)) {
+      const int64_t n = std::min<int64_t>(int64_t(kChunk), bytes - first);
+      record(next_slot(static_cast<const char*>(src) + first, size_t(n), static_cast<char*>(dst) + first));
+    }
+  }
+  void finish() { cuda::check(cudaStreamSynchronize(stream_), "loading weights"); }
+
+ private:
+  static constexpr size_t kChunk = size_t{64} << 20;
+  // Waits for the slot's last chunk, stages `n` bytes in it and copies them to `to`, or to the
+  // slot's device buffer for a conversion.
+  int next_slot(const char* src, size_t n, void* to = nullptr) {
+    const int s = slot_;
+    slot_ ^= 1;
+    if (in_flight_[s]) cuda::check(cudaEventSynchronize(done_[s]), "waiting for a weight chunk");
+    std::memcpy(staging_[s].as(), src, n);
+    cuda::check(cudaMemcpyAsync(to != nullptr ? to : raw_[s].as(), staging_[s].as(), n, cudaMemcpyHostToDevice, stream_),
+                "copying weights to the GPU");
+    load_.bytes += int64_t(n);
+    return s;
+  }
+  void record(int s) {
+    cuda::check(cudaEventRecord(done_[s], stream_), "cudaEventRecord");
+    in_flight_[s] = true;
+  }
+
+  cudaStream_t stream_;
+  DType dtype_;
+  CudaLoadStats& load_;
+  PinnedMemory staging_[2] = {PinnedMemory(kChunk), PinnedMemory(kChunk)};
+  DeviceMemory raw_[2] = {DeviceMemory(kChunk, "weight staging"), DeviceMemory(kChunk, "weight staging")};
+  cudaEvent_t done_[2] = {};
+  bool in_flight_[2] = {false, false};
+  int slot_ = 0;
+};
+
+// The fp32 values of a checkpoint matrix `name`: its ModelWeights member, or its GGUF blocks
+// dequantized exactly (dequantize_row).
+std::vector<float> dense_values(const ModelWeights& w, const std::string& name, const std::vector<float>& member) {
+  const auto it = w.quantized.find(name);
+  if (it == w.quantized.end()) return member;
+  const QuantMatrix& q = it->second;
+  std::vector<float> out(size_t(q.rows * q.cols));
+  for (int64_t r = 0; r < q.rows; ++r) dequantize_row(q.type, q.row(r), q.cols, out.data() + r * q.cols);
+  return out;
+}
 
 }  // namespace
 
@@ -129,10 +222,16 @@ struct CudaBackend::Impl {
   int32_t max_len = 0, max_blocks_per_seq = 0;
 
   DeviceMemory weight_memory;  // every weight, one allocation
-  void* embed = nullptr;
+  void* embed = nullptr;       // (vocab, hidden) dense, for the token gather
   void* final_norm = nullptr;
-  void* lm_head = nullptr;     // embed when tied
+  Linear lm_head;              // embed when tied (a quantized embedding: its blocks, besides the dense table)
   std::vector<CudaLayer> layers;
+  std::string weights_format;  // describe_formats()
+  int64_t decode_weight_bytes = 0;  // every weight but a gather-only embedding table
+  // quant_gemm's split-k partials for the quantized weights (their largest need over every
+  // row count a step can have), one GEMM at a time.
+  DeviceMemory quant_workspace;
+  int64_t quant_workspace_floats = 0;
   DeviceMemory inv_freq;       // (head_dim / 2) fp32
 
   // Activations, one row per batched token (T = max_batch_tokens, S = max_seqs), in the weight
@@ -184,7 +283,14 @@ struct CudaBackend::Impl {
   }
 
   Impl(const std::filesystem::path& model_dir, CudaBackendOptions opts) : options(opts), dtype(opts.dtype) {
-    config = load_model_config(model_dir);
+    const ModelSource source = resolve_model_source(model_dir);
+    std::optional<GgufFile> gguf;
+    if (source.kind == ModelSource::Kind::kGguf) {
+      gguf.emplace(GgufFile::open(source.path));
+      config = gguf_model_config(*gguf);
+    } else {
+      config = load_model_config(model_dir);
+    }
     esize = cuda::dtype_size(dtype);
     hidden = config.hidden_size;
     q_dim = int64_t{config.num_heads} * config.head_dim;
@@ -221,7 +327,8 @@ struct CudaBackend::Impl {
     gemm = std::make_unique<cuda::Gemm>();
 
     const auto started = std::chrono::steady_clock::now();
-    load_weights(model_dir);
+    if (gguf) load_gguf(*gguf);
+    else load_weights(model_dir);
     load.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     Rope rope(config);  // inv_freq exactly as the CPU backend computes it
     inv_freq = DeviceMemory(sizeof(float) * rope.inv_freq().size(), "RoPE frequencies");
@@ -248,9 +355,129 @@ struct CudaBackend::Impl {
   // each checkpoint tensor against the config, then streams them to the device.
   void load_weights(const std::filesystem::path& model_dir) {
     SafetensorsArchive archive = SafetensorsArchive::open_model_dir(model_dir);
-    lay_out_weights();
+    lay_out_weights(std::vector<LayerFormats>(size_t(config.num_layers)), std::nullopt);
+    weights_format = describe_formats();
     const std::vector<WeightTarget> targets = weight_targets();
     stream_weights(targets, checked_sources(archive, targets));
+  }
+
+  // A GGUF file: its tensors through the CPU loader's reading (names, shapes and the q/k row
+  // order of llama.cpp undone, load_gguf_weights), then to the device. A fused weight (q/k/v,
+  // gate/up) whose parts are all blocks of one type stays quantized, as does o_proj, down and
+  // the output projection (the tied embedding's blocks too); the embedding table for the gather
+  // is dense. In fp32, and for a fused weight whose parts differ, the blocks are dequantized
+  // exactly and converted to the dtype, as float tensors are.
+  void load_gguf(const GgufFile& file) {
+    ModelWeights w = load_gguf_weights(file, config);
+    const bool keep_blocks = dtype != DType::kF32;
+    const auto format = [&](std::initializer_list<std::string> names) -> std::optional<QuantType> {
+      std::optional<QuantType> type;
+      for (const std::string& name : names) {
+        const auto it = w.quantized.find(name);
+        if (!keep_blocks || it == w.quantized.end() || (type && *type != it->second.type)) return std::nullopt;
+        type = it->second.type;
+      }
+      return type;
+    };
+    std::vector<LayerFormats> formats(size_t(config.num_layers));
+    for (int32_t i = 0; i < config.num_layers; ++i) {
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      formats[i].qkv = format({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"});
+      formats[i].o_proj = format({p + "self_attn.o_proj.weight"});
+      formats[i].gate_up = format({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"});
+      formats[i].down = format({p + "mlp.down_proj.weight"});
+    }
+    const std::string head_name = config.tie_word_embeddings ? kEmbedName : kLmHeadName;
+    lay_out_weights(formats, format({head_name}));
+    weights_format = describe_formats();
+    std::vector<std::string> widened;  // types the file has that no weight keeps on the device
+    for (const auto& [name, matrix] : w.quantized) {
+      (void)name;
+      const std::string type = quant_type_name(matrix.type);
+      if (weights_format.find(type) == std::string::npos && std::find(widened.begin(), widened.end(), type) == widened.end())
+        widened.push_back(type);
+    }
+    std::sort(widened.begin(), widened.end());
+    for (size_t i = 0; i < widened.size(); ++i)
+      weights_format += (i == 0 ? " (" : ", ") + widened[i] + (i + 1 == widened.size() ? " dequantized)" : "");
+
+    WeightUploader up(stream, dtype, load);
+    const auto floats = [&](const std::vector<float>& v, void* dst) {
+      if (!v.empty()) up.convert(v.data(), DType::kF32, int64_t(v.size()), dst);
+    };
+    // A linear weight from its parts (row blocks in order): their blocks concatenated and
+    // repacked, or their values one after another.
+    const auto linear = [&](const Linear& dst, std::initializer_list<std::pair<std::string, const std::vector<float>*>> parts) {
+      if (dst.quantized()) {
+        std::vector<uint8_t> blocks;
+        for (const auto& [name, member] : parts) {
+          (void)member;
+          const QuantMatrix& q = w.quantized.at(name);
+          blocks.insert(blocks.end(), q.data.begin(), q.data.end());
+        }
+        std::vector<uint8_t> gpu(size_t(cuda::quant_gpu_bytes(dst.quant.type, dst.quant.rows, dst.quant.cols)));
+        cuda::quant_repack(dst.quant.type, blocks.data(), dst.quant.rows, dst.quant.cols, gpu.data());
+        up.copy(gpu.data(), int64_t(gpu.size()), const_cast<void*>(dst.quant.data));
+        return;
+      }
+      char* at = static_cast<char*>(dst.dense);
+      for (const auto& [name, member] : parts) {
+        const std::vector<float> values = dense_values(w, name, *member);
+        up.convert(values.data(), DType::kF32, int64_t(values.size()), at);
+        at += values.size() * esize;
+      }
+    };
+    {
+      const std::vector<float> table = dense_values(w, kEmbedName, w.embed_tokens);
+      up.convert(table.data(), DType::kF32, int64_t(table.size()), embed);
+    }
+    if (lm_head.quantized() || lm_head.dense != embed) linear(lm_head, {{head_name, &w.lm_head}});
+    floats(w.final_norm, final_norm);
+    for (int32_t i = 0; i < config.num_layers; ++i) {
+      const CudaLayer& l = layers[i];
+      LayerWeights& lw = w.layers[i];
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      floats(lw.input_norm, l.input_norm);
+      linear(l.qkv, {{p + "self_attn.q_proj.weight", &lw.q_proj},
+                     {p + "self_attn.k_proj.weight", &lw.k_proj},
+                     {p + "self_attn.v_proj.weight", &lw.v_proj}});
+      if (l.qkv_bias) {
+        floats(lw.q_bias, l.qkv_bias);
+        floats(lw.k_bias, row(l.qkv_bias, q_dim, 1));
+        floats(lw.v_bias, row(l.qkv_bias, q_dim + kv_dim, 1));
+      }
+      linear(l.o_proj, {{p + "self_attn.o_proj.weight", &lw.o_proj}});
+      if (l.o_bias) floats(lw.o_bias, l.o_bias);
+      floats(lw.post_attention_norm, l.post_norm);
+      linear(l.gate_up, {{p + "mlp.gate_proj.weight", &lw.gate_proj}, {p + "mlp.up_proj.weight", &lw.up_proj}});
+      linear(l.down, {{p + "mlp.down_proj.weight", &lw.down_proj}});
+      lw = LayerWeights();  // the host copy of a layer goes once it is on the device
+    }
+    up.finish();
+    load.bytes = 0;  // the file's bytes, not the widened fp32 values staged
+    for (const GgufTensor& t : file.tensors()) load.bytes += int64_t(t.nbytes);
+  }
+
+  // The quantized types kept on the device and the dtype of the rest (named as the engine's
+  // dtype setting names it), e.g. "Q4_1 + bfloat16".
+  std::string describe_formats() const {
+    std::vector<std::string> types;
+    const auto note = [&](const Linear& l) {
+      if (!l.quantized()) return;
+      const std::string t = quant_type_name(l.quant.type);
+      if (std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
+    };
+    note(lm_head);
+    for (const CudaLayer& l : layers) {
+      note(l.qkv);
+      note(l.o_proj);
+      note(l.gate_up);
+      note(l.down);
+    }
+    std::sort(types.begin(), types.end());
+    std::string out;
+    for (const std::string& t : types) out += t + " + ";
+    return out + (dtype == DType::kBF16 ? "bfloat16" : dtype == DType::kF16 ? "float16" : "float32");
   }
 
   // A checkpoint tensor's place on the device: a whole weight, or a row range of a fused one.
@@ -259,60 +486,103 @@ struct CudaBackend::Impl {
     void* dst;
   };
 
-  void lay_out_weights() {
-    const bool separate_head = !config.tie_word_embeddings;
+  // Every weight in one device allocation, each 256-byte aligned; `formats` says which linear
+  // weights are quantized (GGUF), `head` the output projection's (tied: besides the embedding).
+  void lay_out_weights(const std::vector<LayerFormats>& formats, std::optional<QuantType> head) {
+    const bool own_head = !config.tie_word_embeddings || head.has_value();
     const int64_t norm = hidden, bias_q = config.attention_bias ? qkv_dim : 0;
     const int64_t bias_o = has_o_proj_bias(config) ? hidden : 0;
-    const int64_t per_layer = norm + qkv_dim * hidden + bias_q + hidden * q_dim + bias_o + norm + 2 * inter * hidden +
-                              hidden * inter;
-    const int64_t total = vocab * hidden * (separate_head ? 2 : 1) + norm + per_layer * config.num_layers;
-    weight_memory = DeviceMemory(size_t(total) * esize, "the model's weights (" + std::string(cuda::dtype_name(dtype)) + ")");
-
-    char* next = weight_memory.as<char>();
-    const auto take = [&](int64_t elems) {
-      void* p = next;
-      next += elems * int64_t(esize);
+    char* base = nullptr;
+    size_t at = 0;
+    const auto take_bytes = [&](int64_t bytes) -> void* {
+      void* p = base == nullptr ? nullptr : base + at;
+      at += (size_t(bytes) + 255) / 256 * 256;
       return p;
     };
-    embed = take(vocab * hidden);
-    lm_head = separate_head ? take(vocab * hidden) : embed;
-    final_norm = take(norm);
-    layers.resize(config.num_layers);
-    for (CudaLayer& l : layers) {
-      l.input_norm = take(norm);
-      l.qkv = take(qkv_dim * hidden);
-      l.qkv_bias = bias_q ? take(bias_q) : nullptr;
-      l.o_proj = take(hidden * q_dim);
-      l.o_bias = bias_o ? take(bias_o) : nullptr;
-      l.post_norm = take(norm);
-      l.gate_up = take(2 * inter * hidden);
-      l.down = take(hidden * inter);
+    const auto take = [&](int64_t elems) { return take_bytes(elems * int64_t(esize)); };
+    const auto linear = [&](std::optional<QuantType> type, int64_t rows, int64_t cols) {
+      Linear l;
+      if (type) {
+        l.quant = {*type, int32_t(rows), int32_t(cols), take_bytes(cuda::quant_gpu_bytes(*type, rows, cols))};
+        l.is_quant = true;
+      } else {
+        l.dense = take(rows * cols);
+      }
+      return l;
+    };
+    // Twice: sizes first (base null), then the addresses in the allocation.
+    for (int pass = 0; pass < 2; ++pass) {
+      at = 0;
+      embed = take(vocab * hidden);
+      lm_head = own_head ? linear(head, vocab, hidden) : Linear{embed, {}, false};
+      final_norm = take(norm);
+      layers.assign(size_t(config.num_layers), CudaLayer{});
+      for (int32_t i = 0; i < config.num_layers; ++i) {
+        CudaLayer& l = layers[i];
+        const LayerFormats& f = formats[i];
+        l.input_norm = take(norm);
+        l.qkv = linear(f.qkv, qkv_dim, hidden);
+        l.qkv_bias = bias_q ? take(bias_q) : nullptr;
+        l.o_proj = linear(f.o_proj, hidden, q_dim);
+        l.o_bias = bias_o ? take(bias_o) : nullptr;
+        l.post_norm = take(norm);
+        l.gate_up = linear(f.gate_up, 2 * inter, hidden);
+        l.down = linear(f.down, hidden, inter);
+      }
+      if (pass == 0) {
+        weight_memory = DeviceMemory(at, "the model's weights (" + describe_formats() + ")");
+        base = weight_memory.as<char>();
+      }
     }
+    decode_weight_bytes = int64_t(at) - (own_head ? (vocab * hidden * int64_t(esize) + 255) / 256 * 256 : 0);
+    size_quant_workspace();
+  }
+
+  // quant_gemm's split-k workspace: the most any quantized weight asks for at any row count.
+  void size_quant_workspace() {
+    std::vector<std::pair<int32_t, int32_t>> shapes;
+    const auto add = [&](const Linear& l) {
+      if (l.quantized() && std::find(shapes.begin(), shapes.end(), std::pair(l.quant.rows, l.quant.cols)) == shapes.end())
+        shapes.emplace_back(l.quant.rows, l.quant.cols);
+    };
+    add(lm_head);
+    for (const CudaLayer& l : layers) {
+      add(l.qkv);
+      add(l.o_proj);
+      add(l.gate_up);
+      add(l.down);
+    }
+    int64_t most = 0;
+    for (const auto& [n, k] : shapes)
+      for (int32_t m = cuda::kQuantGemvMaxM + 1; m <= options.max_batch_tokens; ++m)
+        most = std::max(most, cuda::quant_gemm_workspace_floats(m, n, k));
+    quant_workspace_floats = most;
+    quant_workspace = DeviceMemory(size_t(most) * sizeof(float), "the quantized GEMMs' split-k workspace");
   }
 
   std::vector<WeightTarget> weight_targets() const {
     std::vector<WeightTarget> targets;
     targets.push_back(WeightTarget{kEmbedName, embed});
-    if (!config.tie_word_embeddings) targets.push_back(WeightTarget{kLmHeadName, lm_head});
+    if (!config.tie_word_embeddings) targets.push_back(WeightTarget{kLmHeadName, lm_head.dense});
     targets.push_back(WeightTarget{"model.norm.weight", final_norm});
     for (int32_t i = 0; i < config.num_layers; ++i) {
       const CudaLayer& l = layers[i];
       const std::string p = "model.layers." + std::to_string(i) + ".";
       targets.push_back(WeightTarget{p + "input_layernorm.weight", l.input_norm});
-      targets.push_back(WeightTarget{p + "self_attn.q_proj.weight", l.qkv});
-      targets.push_back(WeightTarget{p + "self_attn.k_proj.weight", row(l.qkv, q_dim, hidden)});
-      targets.push_back(WeightTarget{p + "self_attn.v_proj.weight", row(l.qkv, q_dim + kv_dim, hidden)});
+      targets.push_back(WeightTarget{p + "self_attn.q_proj.weight", l.qkv.dense});
+      targets.push_back(WeightTarget{p + "self_attn.k_proj.weight", row(l.qkv.dense, q_dim, hidden)});
+      targets.push_back(WeightTarget{p + "self_attn.v_proj.weight", row(l.qkv.dense, q_dim + kv_dim, hidden)});
       if (l.qkv_bias) {
         targets.push_back(WeightTarget{p + "self_attn.q_proj.bias", l.qkv_bias});
         targets.push_back(WeightTarget{p + "self_attn.k_proj.bias", row(l.qkv_bias, q_dim, 1)});
         targets.push_back(WeightTarget{p + "self_attn.v_proj.bias", row(l.qkv_bias, q_dim + kv_dim, 1)});
       }
-      targets.push_back(WeightTarget{p + "self_attn.o_proj.weight", l.o_proj});
+      targets.push_back(WeightTarget{p + "self_attn.o_proj.weight", l.o_proj.dense});
       if (l.o_bias) targets.push_back(WeightTarget{p + "self_attn.o_proj.bias", l.o_bias});
       targets.push_back(WeightTarget{p + "post_attention_layernorm.weight", l.post_norm});
-      targets.push_back(WeightTarget{p + "mlp.gate_proj.weight", l.gate_up});
-      targets.push_back(WeightTarget{p + "mlp.up_proj.weight", row(l.gate_up, inter, hidden)});
-      targets.push_back(WeightTarget{p + "mlp.down_proj.weight", l.down});
+      targets.push_back(WeightTarget{p + "mlp.gate_proj.weight", l.gate_up.dense});
+      targets.push_back(WeightTarget{p + "mlp.up_proj.weight", row(l.gate_up.dense, inter, hidden)});
+      targets.push_back(WeightTarget{p + "mlp.down_proj.weight", l.down.dense});
     }
     return targets;
   }
@@ -347,46 +617,15 @@ struct CudaBackend::Impl {
     return sources;
   }
 
-  // Two pinned buffers in turn: while one chunk is copied to the device and converted, the
-  // next is read from the mapping.
   void stream_weights(const std::vector<WeightTarget>& targets, const std::vector<const TensorInfo*>& sources) {
-    constexpr size_t kChunk = size_t{64} << 20;
-    PinnedMemory staging[2] = {PinnedMemory(kChunk), PinnedMemory(kChunk)};
-    DeviceMemory raw[2] = {DeviceMemory(kChunk, "weight staging"), DeviceMemory(kChunk, "weight staging")};
-    cudaEvent_t done[2];
-    for (cudaEvent_t& e : done) cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-    bool in_flight[2] = {false, false};
-    int slot_index = 0;
-    try {
-      for (size_t i = 0; i < sources.size(); ++i) {
-        const TensorInfo& t = *sources[i];
-        int64_t elems = 1;
-        for (int64_t d : t.shape) elems *= d;
-        const DType src_dtype = checkpoint_dtype(t);
-        const size_t src_size = cuda::dtype_size(src_dtype);
-        const int64_t elems_per_chunk = int64_t(kChunk / src_size);
-        for (int64_t first = 0; first < elems; first += elems_per_chunk) {
-          const int64_t n = std::min(elems_per_chunk, elems - first);
-          const int s = slot_index;
-          slot_index ^= 1;
-          if (in_flight[s]) cuda::check(cudaEventSynchronize(done[s]), "waiting for a weight chunk");
-          std::memcpy(staging[s].as(), t.data + first * int64_t(src_size), size_t(n) * src_size);
-          cuda::check(cudaMemcpyAsync(raw[s].as(), staging[s].as(), size_t(n) * src_size, cudaMemcpyHostToDevice, stream),
-                      "copying weights to the GPU");
-          cuda::convert(src_dtype, raw[s].as(), dtype, static_cast<char*>(targets[i].dst) + first * int64_t(esize), n,
-                        stream);
-          cuda::check(cudaEventRecord(done[s], stream), "cudaEventRecord");
-          in_flight[s] = true;
-          load.bytes += n * int64_t(src_size);
-        }
-      }
-      cuda::check(cudaStreamSynchronize(stream), "loading weights");
-    } catch (...) {
-      cudaStreamSynchronize(stream);
-      for (cudaEvent_t e : done) cudaEventDestroy(e);
-      throw;
+    WeightUploader up(stream, dtype, load);
+    for (size_t i = 0; i < sources.size(); ++i) {
+      const TensorInfo& t = *sources[i];
+      int64_t elems = 1;
+      for (int64_t d : t.shape) elems *= d;
+      up.convert(t.data, checkpoint_dtype(t), elems, targets[i].dst);
     }
-    for (cudaEvent_t e : done) cudaEventDestroy(e);
+    up.finish();
   }
 
   void allocate_activations() {
@@ -465,13 +704,28 @@ struct CudaBackend::Impl {
     capture_graphs();
   }
 
-  void gemm_rows(const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride, int64_t m, int64_t n,
+  void gemm_rows(const void* x, int64_t x_stride, const Linear& w, void* y, int64_t y_stride, int64_t m, int64_t n,
                  int64_t k, const void* bias) {
+    if (w.quantized()) {
+      cuda::QuantGemmArgs a;
+      a.dtype = dtype;
+      a.x = x;
+      a.x_stride = x_stride;
+      a.w = w.quant;
+      a.y = y;
+      a.y_stride = y_stride;
+      a.bias = bias;
+      a.m = int32_t(m);
+      a.workspace = quant_workspace.as<float>();
+      a.workspace_floats = quant_workspace_floats;
+      cuda::quant_gemm(a, stream);
+      return;
+    }
     if (dtype != cuda::DType::kF32 && m <= options.gemv_max_rows &&
-        cuda::gemv_refusal(dtype, x, x_stride, w, int32_t(m), int32_t(n), int32_t(k)).empty())
-      cuda::gemv(dtype, x, x_stride, w, y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
+        cuda::gemv_refusal(dtype, x, x_stride, w.dense, int32_t(m), int32_t(n), int32_t(k)).empty())
+      cuda::gemv(dtype, x, x_stride, w.dense, y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
     else
-      gemm->matmul(dtype, x, x_stride, w, y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
+      gemm->matmul(dtype, x, x_stride, w.dense, y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
     if (bias) cuda::add_bias(dtype, y, y_stride, bias, int32_t(m), int32_t(n), stream);
   }
 
@@ -1005,6 +1259,10 @@ int32_t CudaBackend::profile_kv_blocks(int32_t block_size, double utilization) {
 }
 
 const CudaLoadStats& CudaBackend::load_stats() const { return impl_->load; }
+
+const std::string& CudaBackend::weights_format() const { return impl_->weights_format; }
+
+int64_t CudaBackend::decode_weight_bytes() const { return impl_->decode_weight_bytes; }
 
 int64_t CudaBackend::graph_steps() const { return impl_->graph_steps; }
 

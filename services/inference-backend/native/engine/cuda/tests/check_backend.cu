@@ -6,18 +6,33 @@
 // Last, the engine end to end in fp32 with seeded sampling (temperature, top-k, top-p, min-p,
 // penalties, min_tokens, logprobs): sampling on the GPU must give the tokens, logprobs and top
 // lists that core's CPU Sampler gives on the same backend's logits.
-//   check_cuda_backend <model dir>...   (e.g. tinystories-656k and a converted stories260K)
+// A GGUF model of fp32 tensors (tinystories-656k-gguf) is also written out quantized, Q8_0, Q4_0,
+// Q4_1 and a Q4_1/Q8_0 mix, and each copy run with its blocks kept on the device (bf16, the
+// quantized GEMMs) against the same file in fp32 (blocks dequantized exactly) and the CPU backend.
+//   check_cuda_backend <model dir or .gguf>...   (e.g. tinystories-656k and a converted stories260K)
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
+#include <optional>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "check_util.h"
+#include "gguf_writer.h"
 #include "strata/cpu_backend.h"
 #include "strata/cuda_backend.h"
 #include "strata/engine.h"
+#include "strata/float_convert.h"
+#include "strata/gguf.h"
+#include "strata/model_source.h"
+#include "strata/quant.h"
 
 using namespace strata;
 using namespace strata::cuda::checks;
@@ -137,6 +152,54 @@ bool same_tokens(const Run& ref, const Run& got, std::string* note) {
   return true;
 }
 
+// `seqs` prompts of BOS and 0..max_extra random tokens, joining `stagger` steps apart.
+Schedule random_schedule(const ModelConfig& c, int32_t seqs, int32_t max_extra, int32_t stagger, int32_t new_tokens) {
+  Schedule s;
+  s.new_tokens = new_tokens;
+  for (int32_t i = 0; i < seqs; ++i) {
+    std::vector<int32_t> prompt(size_t(1 + random_int(0, max_extra)));
+    prompt[0] = c.bos_token_id >= 0 ? c.bos_token_id : 1;
+    for (size_t t = 1; t < prompt.size(); ++t) prompt[t] = random_int(3, c.vocab_size - 1);
+    s.prompts.push_back(prompt);
+    s.start_step.push_back(i * stagger);
+  }
+  return s;
+}
+
+// Every sequence's prompt logits, one after another (double for a reference, float to check).
+template <typename T>
+std::vector<T> prompt_logits(const Run& r) {
+  std::vector<T> all;
+  for (const auto& l : r.first_logits) all.insert(all.end(), l.begin(), l.end());
+  return all;
+}
+
+// Each sequence alone gives the tokens it got sharing the batches of `got`; `where` names the
+// first that does not.
+bool batch_invariant(ModelBackend& backend, const Schedule& s, const Run& got, std::string* where) {
+  for (size_t i = 0; i < s.prompts.size(); ++i) {
+    Schedule alone;
+    alone.prompts = {s.prompts[i]};
+    alone.start_step = {0};
+    alone.new_tokens = s.new_tokens;
+    if (greedy(backend, alone).tokens[0] != got.tokens[i]) {
+      *where = " (seq " + std::to_string(i) + " differs)";
+      return false;
+    }
+  }
+  return true;
+}
+
+// How many tokens of `got` equal `ref`'s before each sequence's first difference, and of how many.
+std::pair<size_t, size_t> agreeing_tokens(const Run& ref, const Run& got) {
+  size_t agree = 0, total = 0;
+  for (size_t i = 0; i < ref.tokens.size(); ++i) {
+    total += ref.tokens[i].size();
+    for (size_t t = 0; t < ref.tokens[i].size() && got.tokens[i][t] == ref.tokens[i][t]; ++t) ++agree;
+  }
+  return {agree, total};
+}
+
 // Every token event of a run, per request, in order.
 struct EngineRun {
   std::vector<std::vector<TokenEvent>> events;
@@ -237,6 +300,122 @@ bool same_samples(const EngineRun& ref, const EngineRun& got, std::vector<double
   return true;
 }
 
+// ---- Quantized GGUF copies ---------------------------------------------------------------------
+// ggml's reference quantizers (quantize_row_*_ref), for 32-value blocks of one row.
+void quantize_block(QuantType type, const float* x, uint8_t* out) {
+  if (type == QuantType::Q8_0) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    BlockQ8_0 b{};
+    b.d = f32_to_f16(d);
+    for (int j = 0; j < 32; ++j) b.qs[j] = int8_t(std::lround(x[j] * id));
+    std::memcpy(out, &b, sizeof b);
+  } else if (type == QuantType::Q4_0) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; ++j)
+      if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), max = x[j];
+    const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    BlockQ4_0 b{};
+    b.d = f32_to_f16(d);
+    for (int j = 0; j < 16; ++j) {
+      const int lo = std::min(15, int(x[j] * id + 8.5f)), hi = std::min(15, int(x[j + 16] * id + 8.5f));
+      b.qs[j] = uint8_t(lo | (hi << 4));
+    }
+    std::memcpy(out, &b, sizeof b);
+  } else {
+    float lo_v = x[0], hi_v = x[0];
+    for (int j = 1; j < 32; ++j) lo_v = std::min(lo_v, x[j]), hi_v = std::max(hi_v, x[j]);
+    const float d = (hi_v - lo_v) / 15.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    BlockQ4_1 b{};
+    b.d = f32_to_f16(d);
+    b.m = f32_to_f16(lo_v);
+    for (int j = 0; j < 16; ++j) {
+      const int lo = std::min(15, int((x[j] - lo_v) * id + 0.5f));
+      const int hi = std::min(15, int((x[j + 16] - lo_v) * id + 0.5f));
+      b.qs[j] = uint8_t(lo | (hi << 4));
+    }
+    std::memcpy(out, &b, sizeof b);
+  }
+}
+
+uint32_t ggml_type_of(QuantType type) {
+  return type == QuantType::Q4_0 ? 2u : type == QuantType::Q4_1 ? 3u : 8u;
+}
+
+// `source` (fp32 tensors) written to `out` with every matrix quantized: `type`, or `mixed` for
+// the v projections and the down projections (a fused q/k/v of two types, a down of its own).
+void write_quantized(const GgufFile& source, QuantType type, std::optional<QuantType> mixed,
+                     const std::filesystem::path& out) {
+  strata_test::GgufWriter w;
+  w.str("general.architecture", source.get_string("general.architecture"));
+  for (const char* key : {"llama.block_count", "llama.embedding_length", "llama.feed_forward_length",
+                          "llama.attention.head_count", "llama.attention.head_count_kv", "llama.context_length",
+                          "llama.attention.key_length", "llama.vocab_size", "tokenizer.ggml.bos_token_id",
+                          "tokenizer.ggml.eos_token_id"})
+    if (source.has(key)) w.u32(key, uint32_t(source.get_int(key)));
+  for (const char* key : {"llama.attention.layer_norm_rms_epsilon", "llama.rope.freq_base"})
+    if (source.has(key)) w.f32(key, float(source.get_float(key)));
+  for (const GgufTensor& t : source.tensors()) {
+    if (t.type != 0) throw std::runtime_error(t.name + " is not F32: quantized copies start from fp32 tensors");
+    strata_test::GgufWriter::Tensor q{t.name, std::vector<uint64_t>(t.dims.begin(), t.dims.end()), 0u, {}};
+    const int64_t cols = int64_t(t.dims[0]), rows = t.dims.size() == 2 ? int64_t(t.dims[1]) : 1;
+    const auto* x = reinterpret_cast<const float*>(t.data);
+    if (t.dims.size() != 2 || cols % 32 != 0) {
+      q.bytes.assign(reinterpret_cast<const char*>(t.data), t.nbytes);
+    } else {
+      const bool other =
+          mixed && (t.name.find("attn_v") != std::string::npos || t.name.find("ffn_down") != std::string::npos);
+      const QuantType qt = other ? *mixed : type;
+      q.type = ggml_type_of(qt);
+      const int64_t block = quant_block_bytes(qt);
+      q.bytes.resize(size_t(rows * cols / 32 * block));
+      auto* blocks = reinterpret_cast<uint8_t*>(q.bytes.data());
+      for (int64_t i = 0; i < rows * cols / 32; ++i) quantize_block(qt, x + i * 32, blocks + i * block);
+    }
+    w.tensor(std::move(q));
+  }
+  std::ofstream(out, std::ios::binary) << w.build();
+}
+
+// One quantized copy: bf16 with the blocks on the device against the same file in fp32 (blocks
+// dequantized: the exact weights), both on the interleaved schedule; fp32 against the CPU
+// backend (whose activations are quantized to 8 bits, as llama.cpp's: close, not equal).
+void check_quantized(Report& report, const std::filesystem::path& file, const std::string& name,
+                     const std::string& bf16_format, const std::string& f32_format) {
+  CpuBackend cpu(file);
+  const Schedule s = random_schedule(cpu.config(), 4, 60, 2, 24);
+  CudaBackendOptions options;
+  options.max_batch_tokens = 256;
+  options.max_seqs = 8;
+  options.dtype = cuda::DType::kF32;
+  // The weights' format, checked against `expected` (printed only when empty: a file of unknown make).
+  const auto format = [&](const CudaBackend& b, const char* dtype, const std::string& expected) {
+    std::printf("%s: %s weights \"%s\"\n", name.c_str(), dtype, b.weights_format().c_str());
+    if (!expected.empty())
+      report.add_exact("gguf weights format", dtype, name + " (\"" + b.weights_format() + "\")",
+                       b.weights_format() == expected);
+  };
+  CudaBackend exact(file, options);
+  format(exact, "f32", f32_format);
+  const Run ref = greedy(exact, s);
+  options.dtype = cuda::DType::kBF16;
+  CudaBackend gpu(file, options);
+  format(gpu, "bf16", bf16_format);
+  const Run got = greedy(gpu, s);
+  report.add_exact("gguf decode replays graphs", "bf16", name, gpu.graph_steps() > 0);
+  const auto [agree, total] = agreeing_tokens(ref, got);
+  report.add("gguf blocks vs dequantized f32", "bf16",
+             name + " (" + std::to_string(agree) + "/" + std::to_string(total) + " greedy tokens agree)",
+             compare(prompt_logits<double>(ref), prompt_logits<float>(got)), 3e-2);
+  std::string where;
+  const bool invariant = batch_invariant(gpu, s, got, &where);
+  report.add_exact("gguf batch invariant", "bf16", name + where, invariant);
+  const Run on_cpu = greedy(cpu, s);
+  report.add("gguf dequantized f32 vs cpu", "f32", name + " (cpu: 8-bit activations)",
+             compare(prompt_logits<double>(on_cpu), prompt_logits<float>(ref)), 3e-2);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -249,17 +428,18 @@ int main(int argc, char** argv) {
   for (int a = 1; a < argc; ++a) {
     const std::string dir = argv[a];
     const std::string name = dir.substr(dir.find_last_of('/') + 1);
-    CpuBackend cpu(dir);
-    const int32_t vocab = cpu.config().vocab_size;
-    Schedule s;
-    s.new_tokens = 40;
-    for (int32_t i = 0; i < 6; ++i) {
-      std::vector<int32_t> prompt(size_t(1 + random_int(0, 70)));
-      prompt[0] = cpu.config().bos_token_id >= 0 ? cpu.config().bos_token_id : 1;
-      for (size_t t = 1; t < prompt.size(); ++t) prompt[t] = random_int(3, vocab - 1);
-      s.prompts.push_back(prompt);
-      s.start_step.push_back(i * 3);
+    // A quantized GGUF file (SmolLM2's Q4_1, say): the CPU backend's 8-bit activations part its
+    // logits from exact fp32, so it takes the quantized checks, not the fp32 equality below.
+    if (const ModelSource source = resolve_model_source(dir); source.kind == ModelSource::Kind::kGguf) {
+      const GgufFile file = GgufFile::open(source.path);
+      const auto is_float = [](const GgufTensor& t) { return t.type == 0 || t.type == 1 || t.type == 30; };
+      if (!std::all_of(file.tensors().begin(), file.tensors().end(), is_float)) {
+        check_quantized(report, source.path, name, "", "");
+        continue;
+      }
     }
+    CpuBackend cpu(dir);
+    const Schedule s = random_schedule(cpu.config(), 6, 70, 3, 40);
     const Run ref = greedy(cpu, s);
     for (cuda::DType dtype : {cuda::DType::kF32, cuda::DType::kBF16}) {
       CudaBackendOptions options;
@@ -280,47 +460,23 @@ int main(int argc, char** argv) {
       if (options.cuda_graphs) report.add_exact("decode replays graphs", cuda::dtype_name(dtype), name + " (" + steps + ")",
                                                 gpu.graph_steps() > 0);
       // Batch invariance: each sequence alone gives the tokens it got sharing the batches.
-      bool invariant = true;
       std::string where;
-      for (size_t i = 0; i < s.prompts.size() && invariant; ++i) {
-        Schedule alone;
-        alone.prompts = {s.prompts[i]};
-        alone.start_step = {0};
-        alone.new_tokens = s.new_tokens;
-        invariant = greedy(gpu, alone).tokens[0] == got.tokens[i];
-        if (!invariant) where = " (seq " + std::to_string(i) + " differs)";
-      }
+      const bool invariant = batch_invariant(gpu, s, got, &where);
       report.add_exact("batch invariant", cuda::dtype_name(dtype), name + where, invariant);
       std::string note;
       if (dtype == cuda::DType::kF32) {
-        std::vector<double> ref_logits;
-        std::vector<float> got_logits;
-        for (size_t i = 0; i < ref.first_logits.size(); ++i) {
-          ref_logits.insert(ref_logits.end(), ref.first_logits[i].begin(), ref.first_logits[i].end());
-          got_logits.insert(got_logits.end(), got.first_logits[i].begin(), got.first_logits[i].end());
-        }
-        report.add("prompt logits vs cpu", "f32", name, compare(ref_logits, got_logits), 1e-4);
+        report.add("prompt logits vs cpu", "f32", name, compare(prompt_logits<double>(ref), prompt_logits<float>(got)), 1e-4);
         const bool same = same_tokens(ref, got, &note);
         report.add_exact("greedy == cpu", "f32", name + " 6 seqs x 40" + (note.empty() ? "" : " (" + note + ")"), same);
       } else {
         // bf16 rounds every activation, so greedy paths part sooner or later: how far they agree is logged.
-        size_t agree = 0, total = 0;
-        for (size_t i = 0; i < ref.tokens.size(); ++i) {
-          total += ref.tokens[i].size();
-          for (size_t t = 0; t < ref.tokens[i].size() && got.tokens[i][t] == ref.tokens[i][t]; ++t) ++agree;
-        }
+        const auto [agree, total] = agreeing_tokens(ref, got);
         std::printf("bf16 %s: %zu of %zu tokens agree with the fp32 CPU backend before each sequence's first difference\n",
                     name.c_str(), agree, total);
         // The prompts' logits next to the fp32 CPU backend's: bf16 activations through every
         // layer, and bf16 logits (their own rounding is 2^-9 of their size), land near 1e-2.
-        std::vector<double> ref_logits;
-        std::vector<float> got_logits;
-        for (size_t i = 0; i < ref.first_logits.size(); ++i) {
-          ref_logits.insert(ref_logits.end(), ref.first_logits[i].begin(), ref.first_logits[i].end());
-          got_logits.insert(got_logits.end(), got.first_logits[i].begin(), got.first_logits[i].end());
-        }
         report.add("prompt logits vs cpu", "bf16", name + " (" + std::to_string(agree) + "/" + std::to_string(total) +
-                   " greedy tokens agree)", compare(ref_logits, got_logits), 3e-2);
+                   " greedy tokens agree)", compare(prompt_logits<double>(ref), prompt_logits<float>(got)), 3e-2);
       }
     }
     // The engine, sampling on the GPU and on the CPU from the same fp32 backend's logits.
@@ -353,6 +509,35 @@ int main(int argc, char** argv) {
                          " steps" + (note.empty() ? "" : " (" + note + ")"),
                      same);
     if (same) report.add("engine: sampled logprobs", "f32", name, compare(ref_lp, got_lp), 1e-5);
+
+    // A GGUF file of fp32 tensors: its quantized copies.
+    const ModelSource source = resolve_model_source(dir);
+    if (source.kind != ModelSource::Kind::kGguf) continue;
+    const GgufFile file = GgufFile::open(source.path);
+    if (!std::all_of(file.tensors().begin(), file.tensors().end(), [](const GgufTensor& t) { return t.type == 0; }))
+      continue;
+    const std::filesystem::path tmp =
+        std::filesystem::temp_directory_path() / ("strata-check-gguf-" + std::to_string(random_int(0, 1 << 30)));
+    std::filesystem::create_directories(tmp);
+    struct Variant {
+      const char* label;
+      QuantType type;
+      std::optional<QuantType> mixed;
+      const char* bf16_format;
+      const char* f32_format;
+    };
+    for (const Variant& v :
+         {Variant{"Q8_0", QuantType::Q8_0, std::nullopt, "Q8_0 + bfloat16", "float32 (Q8_0 dequantized)"},
+          Variant{"Q4_0", QuantType::Q4_0, std::nullopt, "Q4_0 + bfloat16", "float32 (Q4_0 dequantized)"},
+          Variant{"Q4_1", QuantType::Q4_1, std::nullopt, "Q4_1 + bfloat16", "float32 (Q4_1 dequantized)"},
+          // q/k Q4_1 with v Q8_0: the fused q/k/v is dequantized; down stays Q8_0.
+          Variant{"Q4_1+Q8_0", QuantType::Q4_1, QuantType::Q8_0, "Q4_1 + Q8_0 + bfloat16",
+                  "float32 (Q4_1, Q8_0 dequantized)"}}) {
+      const std::filesystem::path out = tmp / (std::string(v.label) + ".gguf");
+      write_quantized(file, v.type, v.mixed, out);
+      check_quantized(report, out, name + " " + v.label, v.bf16_format, v.f32_format);
+    }
+    std::filesystem::remove_all(tmp);
   }
   return report.finish("check_cuda_backend");
 }

@@ -12,7 +12,6 @@
 #include "strata/coded_error.h"
 #include "strata/cpu_backend.h"
 #include "strata/model_config.h"
-#include "strata/model_source.h"
 #ifdef STRATA_WITH_CUDA
 #include "strata/cuda_backend.h"
 #endif
@@ -88,11 +87,6 @@ std::unique_ptr<ModelBackend> load_cuda(const RunnerOptions& o, RunnerInfo& info
   if (o.model_dir.empty()) {
     throw CodedError("STRATA_INVALID_CONFIG", "the cuda backend loads a model directory; dummy presets run on \"cpu\"");
   }
-  if (resolve_model_source(o.model_dir).kind == ModelSource::Kind::kGguf) {
-    throw CodedError("STRATA_INVALID_CONFIG",
-                     "the cuda backend does not load GGUF files yet (its Q4_0/Q4_1/Q8_0 kernels exist, the loader "
-                     "does not); serve " + o.model_dir + " with backend \"cpu\", or a Hugging Face directory on \"cuda\"");
-  }
   CudaBackendOptions options;
   if (o.dtype == "bfloat16") options.dtype = cuda::DType::kBF16;
   else if (o.dtype == "float16") options.dtype = cuda::DType::kF16;
@@ -117,7 +111,7 @@ std::unique_ptr<ModelBackend> load_cuda(const RunnerOptions& o, RunnerInfo& info
   info.kernel_isa = "cuda";
   info.device = gpu->device_name();
   info.dtype = o.dtype;
-  info.weights = o.dtype;
+  info.weights = gpu->weights_format();
   info.kv_cache_dtype = o.dtype;
   info.load_gb_per_s = gpu->load_stats().gb_per_s();
   info.sampling = gpu->samples_on_device() ? "gpu" : "cpu";

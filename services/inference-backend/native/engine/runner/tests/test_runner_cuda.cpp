@@ -1,6 +1,6 @@
 // EngineRunner's CUDA path under the CPU emulation of the CUDA runtime: the backend choice, the
 // KV pool from the profiling pass under the same rule as the CPU's, and a request served
-// through the loop, on tinystories-656k (STRATA_MODELS_DIR).
+// through the loop, on tinystories-656k and its GGUF file (STRATA_MODELS_DIR).
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -78,6 +78,18 @@ TEST_CASE("cuda: options it cannot honour are STRATA_INVALID_CONFIG") {
   o.model_dir.clear();
   o.dummy_preset = "tinystories-656k";
   CHECK(code_of(o).rfind("STRATA_INVALID_CONFIG: the cuda backend loads a model directory", 0) == 0);
+}
+
+TEST_CASE("cuda: loads a GGUF file and says how it holds the weights") {
+  if (models() == nullptr) return strata_test::skip("tinystories-656k not found (STRATA_MODELS_DIR unset)");
+  RunnerOptions o = cuda_tiny();
+  o.model_dir = (std::filesystem::path(models()) / "tinystories-656k-gguf").string();  // fp32 tensors
+  CHECK_STR_EQ(EngineRunner::load(o)->info().weights, "float32");
+  o.dtype = "bfloat16";
+  o.kv_cache_dtype = "auto";
+  auto runner = EngineRunner::load(o);
+  CHECK_STR_EQ(runner->info().weights, "bfloat16");
+  CHECK_STR_EQ(runner->info().backend_name, "cuda");
 }
 
 TEST_CASE("cuda: the loop serves a request to its end") {

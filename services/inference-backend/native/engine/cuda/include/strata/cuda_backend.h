@@ -53,6 +53,9 @@ class CudaBackend final : public ModelBackend {
  public:
   // A Hugging Face directory (config.json and safetensors in f32, bf16 or f16): every tensor is
   // copied through pinned staging buffers to the device and converted there to options.dtype.
+  // Or a GGUF file (or a directory holding one, resolve_model_source): its Q4_0/Q4_1/Q8_0
+  // matrices stay quantized on the device for bf16/f16 (quant_gemm; the embedding table for the
+  // gather is dequantized), float tensors are converted; in fp32 the blocks are dequantized.
   // Throws ModelError (STRATA_MODEL_CONFIG / STRATA_MODEL_WEIGHTS), cuda::CudaError, or
   // ModelError(STRATA_OUT_OF_MEMORY) when the weights and buffers do not fit on the device.
   CudaBackend(const std::filesystem::path& model_dir, CudaBackendOptions options = {});
@@ -78,6 +81,13 @@ class CudaBackend final : public ModelBackend {
   int32_t profile_kv_blocks(int32_t block_size, double utilization);
 
   const CudaLoadStats& load_stats() const;
+  // How the weights are held: "bfloat16", or e.g. "Q4_1 + bfloat16" for a GGUF file's blocks
+  // kept quantized ("(Q8_0 dequantized)" appended for types no weight keeps).
+  const std::string& weights_format() const;
+  // Bytes of weights one decode step reads: every weight on the device but the embedding table
+  // the token gather reads a few rows of (when the output projection is a copy of its own, or
+  // its blocks); a decode roofline's weight term.
+  int64_t decode_weight_bytes() const;
   // Forward passes so far that replayed a CUDA graph, and that ran eagerly.
   int64_t graph_steps() const;
   int64_t eager_steps() const;
