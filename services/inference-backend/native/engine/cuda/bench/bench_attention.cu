@@ -1,5 +1,7 @@
-// Decode attention alone (decode_attention: the partition kernel and the reduce), both of its
-// kernels side by side in one run, next to the memory ceiling measured in the same run (a 1 GiB
+// Decode attention alone (decode_attention: the partition kernel and the reduce), three ways side
+// by side in one run: the CUDA-core kernel, the tensor-core kernel with the reduce kernel after
+// it, and the tensor-core kernel merging its own partitions (counters, as the backend runs it),
+// next to the memory ceiling measured in the same run (a 1 GiB
 // device-to-device copy, bytes read plus written). Llama-3-8B's heads: 32 query heads, 8 KV
 // heads, head_dim 128, bf16, KV blocks of 16 tokens; every sequence at the same context.
 //
@@ -7,7 +9,7 @@
 // K and V each, random bf16, blocks in a shuffled order as a long-running cache's free list
 // leaves them) that together they are over ten times the L2, so each launch reads DRAM, as the
 // engine's 32 layers do; a timed sample is one replay of a CUDA graph of back-to-back launches
-// (the engine replays decode as a graph), timed with events; the two kernels alternate,
+// (the engine replays decode as a graph), timed with events; the three ways alternate,
 // `rounds` times, and each gets the median of its samples. GB/s counts the K and V bytes the
 // contexts hold, once; "% copy" divides that by the copy's rate (a read-only stream can come
 // out slightly above 100%).
@@ -68,7 +70,7 @@ struct Case {
   int32_t batch, context, sets;
   int64_t set_blocks;  // KV blocks per set
   DeviceBuffer<__nv_bfloat16> k, v, q, out;
-  DeviceBuffer<int32_t> tables, contexts;
+  DeviceBuffer<int32_t> tables, contexts, counters;
   DeviceBuffer<float> ws;
   DecodeAttentionArgs base;
 
@@ -88,7 +90,9 @@ struct Case {
         out(q.count),
         tables(size_t(b) * blocks_per_seq(c)),
         contexts(size_t(b)),
+        counters(size_t(b) * kKvHeads),
         ws(size_t(decode_attention_workspace_floats(b, kHeads, kHeadDim, c))) {
+    STRATA_CK(cudaMemset(counters.ptr, 0, counters.count * sizeof(int32_t)));
     fill(k.ptr, k.count, 11);
     fill(v.ptr, v.count, 12);
     fill(q.ptr, q.count, 13);
@@ -115,12 +119,13 @@ struct Case {
     base.max_context = c;
     base.workspace = ws.ptr;
   }
-  DecodeAttentionArgs args(int i, DecodeKernel kernel) const {
+  DecodeAttentionArgs args(int i, DecodeKernel kernel, bool merged) const {
     DecodeAttentionArgs a = base;
     const size_t offset = size_t(i % sets) * set_blocks * kKvHeads * kBlockSize * kHeadDim;
     a.k_cache = k.ptr + offset;
     a.v_cache = v.ptr + offset;
     a.kernel = kernel;
+    if (merged) a.counters = counters.ptr;
     return a;
   }
   double kv_bytes() const { return double(batch) * context * kKvHeads * kHeadDim * 2 * sizeof(__nv_bfloat16); }
@@ -186,29 +191,36 @@ int run(int argc, char** argv) {
   const double copy_gbps = measure_copy(stream, settings.copy_bytes, settings.samples).gbps;
   std::printf("copy: %.1f GB/s (read + written)\n", copy_gbps);
 
-  const DecodeKernel kernels[] = {DecodeKernel::kCudaCores, DecodeKernel::kTensorCores};
+  struct Way {
+    DecodeKernel kernel;
+    bool merged;
+    const char* name;
+  };
+  const Way ways[] = {{DecodeKernel::kCudaCores, false, "CUDA cores"},
+                      {DecodeKernel::kTensorCores, false, "tensor cores"},
+                      {DecodeKernel::kTensorCores, true, "tc, merged"}};
   std::vector<Row> rows;
   for (const int32_t context : contexts) {
     for (const int32_t batch : batches) {
       const Case c(batch, context);
       // Warm-up and the launch count: one pass over the sets per kernel.
       double estimate_us = 1.0;
-      for (const DecodeKernel kernel : kernels) {
+      for (const Way& way : ways) {
         Events ev;
         STRATA_CK(cudaEventRecord(ev.start, stream));
-        for (int s = 0; s < c.sets; ++s) decode_attention(c.args(s, kernel), stream);
+        for (int s = 0; s < c.sets; ++s) decode_attention(c.args(s, way.kernel, way.merged), stream);
         STRATA_CK(cudaEventRecord(ev.stop, stream));
         estimate_us = std::max(estimate_us, 1e3 * ev.ms() / c.sets);
       }
       const int iters =
           int(std::clamp(std::ceil(settings.graph_target_us / estimate_us), 1.0, double(settings.max_graph_iters)));
       std::vector<std::unique_ptr<Graph>> graphs;
-      for (const DecodeKernel kernel : kernels) {
-        graphs.push_back(std::make_unique<Graph>([&](int i) { decode_attention(c.args(i, kernel), stream); }, iters,
-                                                 stream));
+      for (const Way& way : ways) {
+        graphs.push_back(std::make_unique<Graph>(
+            [&](int i) { decode_attention(c.args(i, way.kernel, way.merged), stream); }, iters, stream));
         STRATA_CK(cudaGraphLaunch(graphs.back()->exec, stream));  // warm
       }
-      std::vector<std::vector<double>> samples(2);
+      std::vector<std::vector<double>> samples(graphs.size());
       for (int r = 0; r < rounds; ++r) {
         for (size_t k = 0; k < graphs.size(); ++k) {
           for (int s = 0; s < settings.samples; ++s) samples[k].push_back(graphs[k]->sample_us(stream));
@@ -218,7 +230,7 @@ int run(int argc, char** argv) {
         Row row;
         row.batch = batch;
         row.context = context;
-        row.kernel = decode_attention_kernel(c.args(0, kernels[k]));
+        row.kernel = ways[k].name;
         row.iters = iters;
         row.us = median(samples[k]);
         row.min_us = *std::min_element(samples[k].begin(), samples[k].end());
@@ -252,14 +264,17 @@ int run(int argc, char** argv) {
     std::printf("wrote %s\n", json_path);
   }
 
-  // Last, short enough for a log tail: per context and batch, both kernels and their ratio.
+  // Last, short enough for a log tail: per context and batch, the three ways, the tensor cores'
+  // speedup over the CUDA cores, and what merging in the kernel saves over the reduce kernel.
   std::printf("\n%s, %d SMs: copy %.0f GB/s; decode attention, 32 heads / 8 KV heads x 128, bf16\n", prop.name,
               prop.multiProcessorCount, copy_gbps);
-  std::printf("%-6s %-6s %22s %22s %8s\n", "ctx", "batch", "CUDA cores", "tensor cores", "speedup");
-  for (size_t i = 0; i + 1 < rows.size(); i += 2) {
-    const Row &a = rows[i], &b = rows[i + 1];
-    std::printf("%-6d %-6d %9.1fus %5.0f%% copy %9.1fus %5.0f%% copy %7.2fx\n", a.context, a.batch, a.us,
-                100.0 * a.frac_copy, b.us, 100.0 * b.frac_copy, a.us / b.us);
+  std::printf("%-6s %-6s %22s %22s %22s %8s %8s\n", "ctx", "batch", "CUDA cores", "tensor cores", "tc, merged",
+              "tc/cc", "merged");
+  for (size_t i = 0; i + 2 < rows.size(); i += 3) {
+    const Row &a = rows[i], &b = rows[i + 1], &m = rows[i + 2];
+    std::printf("%-6d %-6d %9.1fus %5.0f%% copy %9.1fus %5.0f%% copy %9.1fus %5.0f%% copy %7.2fx %+6.1fus\n", a.context,
+                a.batch, a.us, 100.0 * a.frac_copy, b.us, 100.0 * b.frac_copy, m.us, 100.0 * m.frac_copy, a.us / b.us,
+                m.us - b.us);
   }
   return 0;
 }

@@ -184,6 +184,9 @@ inline unsigned __reduce_add_sync(unsigned, unsigned value) {
   return sum;
 }
 
+// Memory fences order nothing here: the blocks of a grid run one after another.
+inline void __threadfence() {}
+
 // Atomics: the fibers share one OS thread, so a read-modify-write is atomic as written.
 template <typename T>
 inline T atomicAdd(T* address, T value) {

@@ -113,6 +113,10 @@ struct DecodeParams : PagedParams<T> {
   float* ws_max;  // (n_seqs, num_heads, max_partitions)
   float* ws_sum;  // same
   float* ws_out;  // (n_seqs, num_heads, max_partitions, head_dim)
+  // (n_seqs, num_kv_heads) partitions scored so far, or null: the tensor-core kernel's last block
+  // of a (sequence, KV head) then merges the partitions itself (and sets its count back to 0)
+  // instead of decode_reduce_kernel.
+  int32_t* counters;
 };
 
 // What a decode block scores, from blockIdx = (·, KV head, sequence): partition blockIdx.x of
@@ -289,25 +293,17 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_partition_kernel(Decode
   }
 }
 
-// Merges a sequence's partitions for one query head: out = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) l_p.
+// Merges a sequence's num_partitions partitions for one query head: out = sum_p e^(m_p - M) o_p /
+// sum_p e^(m_p - M) l_p, in partition order. Every thread of the block calls it (it has barriers);
+// `weights` is num_partitions floats of shared memory (rounded up to 4), `scratch` 32. The
+// partials are read past L1: other blocks of the same kernel may have written them.
 template <typename T, int D>
-__global__ void __launch_bounds__(kDecodeThreads) decode_reduce_kernel(DecodeParams<T> p) {
-  extern __shared__ float weights[];  // (max_partitions, rounded up to 4) e^(m_p - M)
-  __shared__ float scratch[32];
-  const int32_t seq = blockIdx.y, head = blockIdx.x;
-  const int32_t context = min(p.context_lens[seq], p.max_context);
+__device__ void merge_partitions(const DecodeParams<T>& p, int32_t seq, int32_t head, int32_t num_partitions,
+                                 float* weights, float* scratch) {
   T* out = p.out + int64_t{seq} * p.out_stride + int64_t{head} * D;
-  if (context <= 0) {  // nothing to attend to: a padding row
-    for (int d = threadIdx.x; d < D; d += blockDim.x) out[d] = from_float<T>(0.0f);
-    return;
-  }
-  const int32_t size = decode_partition_size(context);
-  const int32_t num_partitions = (context + size - 1) / size;
-  if (num_partitions == 1) return;  // the partition kernel wrote the output itself
   const int64_t base = (int64_t{seq} * p.num_heads + head) * p.max_partitions;
-
   float m = -INFINITY;
-  for (int32_t i = threadIdx.x; i < num_partitions; i += blockDim.x) m = fmaxf(m, p.ws_max[base + i]);
+  for (int32_t i = threadIdx.x; i < num_partitions; i += blockDim.x) m = fmaxf(m, load_cg(p.ws_max + base + i));
   m = warp_max(m);
   __syncthreads();
   if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = m;
@@ -317,16 +313,41 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_reduce_kernel(DecodePar
 
   float l = 0.0f;
   for (int32_t i = threadIdx.x; i < num_partitions; i += blockDim.x) {
-    const float w = expf(p.ws_max[base + i] - m);
+    const float w = expf(load_cg(p.ws_max + base + i) - m);
     weights[i] = w;
-    l += w * p.ws_sum[base + i];
+    l += w * load_cg(p.ws_sum + base + i);
   }
   l = block_sum(l, scratch);  // its barriers also publish `weights`
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float total = 0.0f;
-    for (int32_t i = 0; i < num_partitions; ++i) total += weights[i] * p.ws_out[(base + i) * D + d];
+    for (int32_t i = 0; i < num_partitions; ++i) total += weights[i] * load_cg(p.ws_out + (base + i) * D + d);
     out[d] = from_float<T>(total / l);
   }
+  __syncthreads();  // `weights` and `scratch` may be reused at once
+}
+
+// Zeros for query head `head` of a sequence with no context (a padding row).
+template <typename T, int D>
+__device__ void write_zeros(const DecodeParams<T>& p, int32_t seq, int32_t head) {
+  T* out = p.out + int64_t{seq} * p.out_stride + int64_t{head} * D;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) out[d] = from_float<T>(0.0f);
+}
+
+// The partitions merged by a kernel of their own: grid (query heads, sequences).
+template <typename T, int D>
+__global__ void __launch_bounds__(kDecodeThreads) decode_reduce_kernel(DecodeParams<T> p) {
+  extern __shared__ float weights[];  // (max_partitions, rounded up to 4) e^(m_p - M)
+  __shared__ float scratch[32];
+  const int32_t seq = blockIdx.y, head = blockIdx.x;
+  const int32_t context = min(p.context_lens[seq], p.max_context);
+  if (context <= 0) {  // nothing to attend to: a padding row
+    write_zeros<T, D>(p, seq, head);
+    return;
+  }
+  const int32_t size = decode_partition_size(context);
+  const int32_t num_partitions = (context + size - 1) / size;
+  if (num_partitions == 1) return;  // the partition kernel wrote the output itself
+  merge_partitions<T, D>(p, seq, head, num_partitions, weights, scratch);
 }
 
 // Decode on tensor cores (bf16/fp16, head_dim 16 to 128 in whole 16-wide mma steps): the same
@@ -361,7 +382,13 @@ __global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<
   extern __shared__ float4 dm_smem4[];
 
   DecodeBlock blk{};
-  if (!blk.init(p)) return;
+  if (!blk.init(p)) {  // a padding row: with no reduce kernel after this one, its zeros are written here
+    if (p.counters != nullptr && blockIdx.x == 0) {
+      const int32_t group = p.num_heads / p.num_kv_heads;
+      for (int32_t r = 0; r < group; ++r) write_zeros<T, D>(p, blockIdx.z, blockIdx.y * group + r);
+    }
+    return;
+  }
   const int32_t seq = blk.seq, kv_head = blk.kv_head, group = blk.group;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int32_t* table = p.block_tables + int64_t{seq} * p.block_table_stride;
@@ -522,6 +549,27 @@ __global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<
     }
     __syncthreads();  // the next partition's copies reuse the merge's shared memory
   }
+
+  // With counters, the last block of this (sequence, KV head) to finish merges the partitions
+  // for the group's query heads: each block's partials are made visible device-wide before it
+  // counts them, and the one whose count completes the partitions reads them all.
+  if (p.counters == nullptr || blk.num_partitions == 1 || int32_t(blockIdx.x) >= blk.num_partitions) return;
+  __shared__ float merge_scratch[32];
+  __shared__ bool merges;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    const int32_t mine = (blk.num_partitions - int32_t(blockIdx.x) + int32_t(gridDim.x) - 1) / int32_t(gridDim.x);
+    int32_t* counter = p.counters + int64_t{seq} * p.num_kv_heads + kv_head;
+    merges = atomicAdd(counter, mine) + mine == blk.num_partitions;
+    if (merges) *counter = 0;  // every other block of the pair has counted: ready for the next call
+  }
+  __syncthreads();
+  if (!merges) return;
+  __threadfence();
+  float* const weights = reinterpret_cast<float*>(dm_smem4);  // the staged tiles are no longer read
+  for (int32_t r = 0; r < group; ++r)
+    merge_partitions<T, D>(p, seq, kv_head * group + r, blk.num_partitions, weights, merge_scratch);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1124,9 +1172,14 @@ void decode_attention(const DecodeAttentionArgs& a, Stream stream) {
           "decode_attention: q_stride and head_dim must be multiples of 16 bytes (16-byte loads)");
   dispatch_dtype(a.dtype, [&]<typename T>() {
     const int64_t head_floats = int64_t{a.n_seqs} * a.num_heads * max_partitions;
-    DecodeParams<T> p{paged_params<T>(a), a.context_lens, std::max(a.max_context, 0), max_partitions, a.workspace,
+    DecodeParams<T> p{paged_params<T>(a),
+                      a.context_lens,
+                      std::max(a.max_context, 0),
+                      max_partitions,
+                      a.workspace,
                       a.workspace ? a.workspace + head_floats : nullptr,
-                      a.workspace ? a.workspace + 2 * head_floats : nullptr};
+                      a.workspace ? a.workspace + 2 * head_floats : nullptr,
+                      nullptr};
     dispatch_head_dim(a.head_dim, [&]<int D>() {
       constexpr int lanes = D / static_cast<int>(16 / sizeof(T));
       if constexpr (lanes >= 1 && lanes <= 32) {
@@ -1139,8 +1192,15 @@ void decode_attention(const DecodeAttentionArgs& a, Stream stream) {
             allow_shared_once<&decode_mma_kernel<T, D>>(decode_mma_shared_bytes<T, D>(2),
                                                         "decode_attention (tensor cores)");
             const dim3 mma_grid(decode_grid_partitions(a, max_partitions), a.num_kv_heads, a.n_seqs);
+            // The merge's weights (rounded up to 16 bytes, as the reduce kernel's) live in the
+            // staged tiles' shared memory: up to 1,536 partitions (786k tokens) at head_dim 16 and
+            // 8,704 at 128; past that the reduce kernel merges.
+            const size_t weights_bytes = sizeof(float) * ((size_t(max_partitions) + 3) / 4 * 4);
+            if (a.counters != nullptr && weights_bytes <= decode_mma_shared_bytes<T, D>(stages))
+              p.counters = a.counters;
             decode_mma_kernel<T, D><<<mma_grid, kDmWarps * 32, decode_mma_shared_bytes<T, D>(stages), stream>>>(p, stages);
             check_launch("decode_attention (tensor cores)");
+            if (p.counters != nullptr) return;  // the last block of each (sequence, KV head) merged
           }
         } else if (a.num_heads / a.num_kv_heads <= 4) {
           decode_partition_kernel<T, D, 4><<<grid, kDecodeThreads, 0, stream>>>(p);

@@ -247,6 +247,7 @@ struct CudaBackend::Impl {
   DeviceMemory logits_out;   // (S, vocab) lm_head output
   DeviceMemory logits_f32;   // (S, vocab) fp32 logits, what the sampler reads
   DeviceMemory workspace;    // fp32 split-K partials of decode attention (decode_attention_workspace_floats)
+  DeviceMemory decode_counters;  // (S, kv heads) int32 for decode attention's in-kernel merge, kept 0 between steps
   // Sampling on the device (forward_sample): the rows' inputs, their pools (grown on demand),
   // and the outputs, sections of max_seqs rows: tokens, logprobs, top counts, then the top
   // ids and logprobs (kMaxSampledTop per row).
@@ -650,6 +651,8 @@ struct CudaBackend::Impl {
         size_t(cuda::decode_attention_workspace_floats(int32_t(S), config.num_heads, config.head_dim, max_len)) *
             sizeof(float),
         "the decode attention workspace");
+    decode_counters = DeviceMemory(size_t(S) * config.num_kv_heads * sizeof(int32_t), "decode attention's counters");
+    cuda::check(cudaMemset(decode_counters.as(), 0, decode_counters.bytes()), "zeroing decode attention's counters");
     max_blocks_per_seq = max_len;  // block_size is at least 1: sized again in allocate_kv
     reserve_step_ints(1);
   }
@@ -911,6 +914,7 @@ struct CudaBackend::Impl {
         a.n_seqs = n_decode;
         a.max_context = shape.max_decode_context;
         a.workspace = workspace.as<float>();
+        a.counters = decode_counters.as<int32_t>();
         cuda::decode_attention(a, stream);
       }
       if (shape.n_prefill > 0) {

@@ -49,6 +49,16 @@ __device__ __forceinline__ float block_sum(float x, float* scratch) {
   return warp_sum(x);
 }
 
+// A global load past L1 (ld.global.cg): for data other blocks wrote during this kernel.
+template <typename T>
+__device__ __forceinline__ T load_cg(const T* p) {
+#ifdef STRATA_CUDA_EMULATION
+  return *p;
+#else
+  return __ldcg(p);
+#endif
+}
+
 // 16 bytes of weights through the read-only path. kStream: read once per kernel (a GEMV), so
 // not kept in L1, which holds x; otherwise kept (for other warps of the block on the same rows).
 template <bool kStream>

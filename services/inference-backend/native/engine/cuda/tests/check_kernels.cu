@@ -438,10 +438,13 @@ struct DecodeRun {
     a.head_dim = s.head_dim;
     return a;
   }
-  std::vector<T> run(DecodeKernel kernel, int32_t grid) const {
+  // `counters_zero` given: with counters (the tensor-core kernel merges its own partitions), two
+  // calls, the output poisoned before the second, whose output is returned; it says whether the
+  // counters were 0 after each call.
+  std::vector<T> run(DecodeKernel kernel, int32_t grid, bool* counters_zero = nullptr) const {
     const DevicePagedKv<T> d_kv(kv);
     DeviceBuffer<T> d_q(q.size()), d_out(size_t(n_seqs) * out_stride);
-    DeviceBuffer<int32_t> d_ctx(n_seqs);
+    DeviceBuffer<int32_t> d_ctx(n_seqs), d_counters(size_t(n_seqs) * s.num_kv_heads);
     DeviceBuffer<float> d_ws(decode_attention_workspace_floats(n_seqs, s.num_heads, s.head_dim, max_context));
     d_q.upload(q);
     d_ctx.upload(contexts);
@@ -451,8 +454,20 @@ struct DecodeRun {
     d_kv.fill(a, d_q.ptr, q_stride, d_out.ptr, out_stride, scale);
     a.context_lens = d_ctx.ptr;
     a.workspace = d_ws.ptr;
-    decode_attention(a, nullptr);
-    STRATA_CK(cudaDeviceSynchronize());
+    if (counters_zero != nullptr) {
+      STRATA_CK(cudaMemset(d_counters.ptr, 0, d_counters.count * sizeof(int32_t)));
+      a.counters = d_counters.ptr;
+      *counters_zero = true;
+    }
+    for (int call = 0; call < (counters_zero != nullptr ? 2 : 1); ++call) {
+      if (call > 0) d_out.poison();
+      decode_attention(a, nullptr);
+      STRATA_CK(cudaDeviceSynchronize());
+      if (counters_zero != nullptr) {
+        const std::vector<int32_t> left = d_counters.download();
+        *counters_zero = *counters_zero && std::all_of(left.begin(), left.end(), [](int32_t c) { return c == 0; });
+      }
+    }
     return d_out.download();
   }
   std::string what() const {
@@ -488,9 +503,18 @@ void check_decode(KvShape s, std::vector<int32_t> contexts, DecodeKernel kernel 
     }
   }
   const bool tensor_cores = std::string(decode_attention_kernel(r.args(kernel, grid))) == "tensor cores";
-  report.add(tensor_cores ? "decode_attention (tc)" : "decode_attention", dtype_name(dtype_of<T>()),
-             r.what() + (grid > 0 ? " grid " + std::to_string(grid) : ""), compare(ref, out),
-             std::is_same_v<T, float> ? 1e-5 : tolerance<T>());
+  const std::string what = r.what() + (grid > 0 ? " grid " + std::to_string(grid) : "");
+  report.add(tensor_cores ? "decode_attention (tc)" : "decode_attention", dtype_name(dtype_of<T>()), what,
+             compare(ref, out), std::is_same_v<T, float> ? 1e-5 : tolerance<T>());
+  // The tensor-core kernel merging its own partitions (the backend's way): the reduce kernel's
+  // bytes, checked above, in two calls on the same counters, which each call leaves at 0.
+  if (tensor_cores) {
+    bool zero = false;
+    const std::vector<T> merged = r.run(kernel, grid, &zero);
+    const bool same = std::memcmp(merged.data(), got.data(), got.size() * sizeof(T)) == 0;
+    report.add_exact("decode merged in kernel (tc)", dtype_name(dtype_of<T>()),
+                     what + (zero ? "" : " (counters left non-zero)") + (same ? "" : " (bytes differ)"), same && zero);
+  }
 }
 
 // The tensor-core kernel's grid width along the context changes which block scores a

@@ -139,6 +139,11 @@ struct DecodeAttentionArgs : PagedAttentionArgs {
   // capped at max_context's partitions. The result does not depend on it. The CUDA-core kernel
   // always has a block per partition of max_context.
   int32_t grid_partitions = 0;
+  // (n_seqs, num_kv_heads) int32, all 0 before the first call; every call leaves them 0. Given,
+  // the tensor-core kernel's last block to finish a (sequence, KV head) merges its partitions
+  // itself (a grid-wide count of finished partitions), so no reduce kernel runs after it. Null,
+  // or the CUDA-core kernel: a reduce kernel merges them. The result is the same bits.
+  int32_t* counters = nullptr;
 };
 int64_t decode_attention_workspace_floats(int32_t n_seqs, int32_t num_heads, int32_t head_dim, int32_t max_context);
 void decode_attention(const DecodeAttentionArgs& args, Stream stream);
