@@ -707,6 +707,24 @@ struct CudaBackend::Impl {
     capture_graphs();
   }
 
+  // Whether a dense GEMM of m rows runs on the GEMV kernel (options.gemv_max_rows) rather than cuBLAS.
+  bool on_gemv(const void* x, int64_t x_stride, const Linear& w, int64_t m, int64_t n, int64_t k) const {
+    return !w.quantized() && dtype != cuda::DType::kF32 && m <= options.gemv_max_rows &&
+           cuda::gemv_refusal(dtype, x, x_stride, w.dense, int32_t(m), int32_t(n), int32_t(k)).empty();
+  }
+
+  // act = silu(x · gateᵀ) * (x · upᵀ): on the GEMV kernel in one launch (gemv_swiglu) where it
+  // serves the rows, else the gate/up GEMM and then silu_mul.
+  void gate_up_act(const Linear& gate_up_w, int32_t tokens) {
+    if (on_gemv(normed.as(), hidden, gate_up_w, tokens, inter, hidden)) {
+      cuda::gemv_swiglu(dtype, normed.as(), hidden, gate_up_w.dense, act.as(), inter, tokens, int32_t(inter),
+                      int32_t(hidden), stream);
+      return;
+    }
+    gemm_rows(normed.as(), hidden, gate_up_w, gate_up.as(), 2 * inter, tokens, 2 * inter, hidden, nullptr);
+    cuda::silu_mul(dtype, gate_up.as(), act.as(), tokens, int32_t(inter), stream);
+  }
+
   void gemm_rows(const void* x, int64_t x_stride, const Linear& w, void* y, int64_t y_stride, int64_t m, int64_t n,
                  int64_t k, const void* bias) {
     if (w.quantized()) {
@@ -724,8 +742,7 @@ struct CudaBackend::Impl {
       cuda::quant_gemm(a, stream);
       return;
     }
-    if (dtype != cuda::DType::kF32 && m <= options.gemv_max_rows &&
-        cuda::gemv_refusal(dtype, x, x_stride, w.dense, int32_t(m), int32_t(n), int32_t(k)).empty())
+    if (on_gemv(x, x_stride, w, m, n, k))
       cuda::gemv(dtype, x, x_stride, w.dense, y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
     else
       gemm->matmul(dtype, x, x_stride, w.dense, y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
@@ -932,8 +949,7 @@ struct CudaBackend::Impl {
       gemm_rows(attn.as(), q_dim, w.o_proj, proj.as(), hidden, tokens, hidden, q_dim, w.o_bias);
       cuda::add_rms_norm(dtype, res, proj.as(), w.post_norm, normed.as(), tokens, int32_t(hidden), config.rms_norm_eps,
                          stream);
-      gemm_rows(normed.as(), hidden, w.gate_up, gate_up.as(), 2 * inter, tokens, 2 * inter, hidden, nullptr);
-      cuda::silu_mul(dtype, gate_up.as(), act.as(), tokens, int32_t(inter), stream);
+      gate_up_act(w.gate_up, tokens);
       gemm_rows(act.as(), inter, w.down, proj.as(), hidden, tokens, hidden, inter, nullptr);
     }
 

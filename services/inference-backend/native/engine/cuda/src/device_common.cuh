@@ -49,6 +49,15 @@ __device__ __forceinline__ float block_sum(float x, float* scratch) {
   return warp_sum(x);
 }
 
+// silu(gate) * up as transformers computes it: act_fn(gate) in the model's dtype, then times up
+// in it too (silu_mul, and the GEMV's gated form).
+template <typename T>
+__device__ __forceinline__ T silu_times(T gate, T up) {
+  const float g = to_float(gate);
+  const float act = to_float(from_float<T>(g / (1.0f + __expf(-g))));
+  return from_float<T>(act * to_float(up));
+}
+
 // A global load past L1 (ld.global.cg): for data other blocks wrote during this kernel.
 template <typename T>
 __device__ __forceinline__ T load_cg(const T* p) {

@@ -114,14 +114,6 @@ int row_threads(int32_t width) {
   return std::clamp((want + 31) / 32 * 32, 32, 1024);
 }
 
-// transformers computes act_fn(gate) in the model's dtype, then multiplies by up in it too.
-template <typename T>
-__device__ __forceinline__ T silu_times(T gate, T up) {
-  const float g = to_float(gate);
-  const float act = to_float(from_float<T>(g / (1.0f + __expf(-g))));
-  return from_float<T>(act * to_float(up));
-}
-
 // kVec (16 bytes of T) outputs a thread when `vec`, else one: a prefill step's 8,192 x 14,336
 // took 574 us with one 2-byte element a thread on an H200, 3.5x its bytes at copy speed.
 template <typename T, bool vec>

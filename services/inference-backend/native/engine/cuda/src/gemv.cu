@@ -13,6 +13,11 @@
 // every row). The products accumulate in fp32 per lane in k order, then across lanes in a fixed
 // butterfly, so a row's result depends on its weights, its x row and k only: not on m, n, or
 // where the row lies, and the same m = 1 step gives the same bits whatever else is batched.
+//
+// Gated (gemv_swiglu): a warp's two rows are row j of the gate and row j of the up projection of a
+// fused (2n, k) gate/up weight, and it writes silu(gate) * up for output j, each product rounded
+// to the dtype first: the bytes that gemv into gate/up and then silu_mul give, without writing
+// and reading the 2n-wide intermediate or launching silu_mul.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -39,16 +44,24 @@ union Pack16 {
   T v[kVec];
 };
 
-template <typename T, int M>
+// n: rows of y's output; the weight has n rows, or 2n when Gated (gate rows, then up rows).
+template <typename T, int M, bool Gated>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const T* __restrict__ x, int64_t x_stride,
                                                             const T* __restrict__ w, T* __restrict__ y,
                                                             int64_t y_stride, int32_t n, int32_t k) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int32_t row0 = (static_cast<int32_t>(blockIdx.x) * kWarps + static_cast<int32_t>(threadIdx.x >> 5)) * kRows;
+  const int32_t warp = static_cast<int32_t>(blockIdx.x) * kWarps + static_cast<int32_t>(threadIdx.x >> 5);
+  const int32_t row0 = Gated ? warp : warp * kRows;  // the first output this warp writes
   if (row0 >= n) return;  // whole warps leave: no shuffle below waits for them
   const T* rows[kRows];
+  if constexpr (Gated) {
+    static_assert(kRows == 2, "a gated warp owns one gate row and its up row");
+    rows[0] = w + static_cast<int64_t>(row0) * k;
+    rows[1] = w + static_cast<int64_t>(n + row0) * k;
+  } else {
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) rows[r] = w + static_cast<int64_t>(min(row0 + r, n - 1)) * k;  // past n: not written
+    for (int r = 0; r < kRows; ++r) rows[r] = w + static_cast<int64_t>(min(row0 + r, n - 1)) * k;  // past n: not written
+  }
   float acc[kRows][M];
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
@@ -85,29 +98,53 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const T* __restrict__
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int t = 0; t < M; ++t) acc[r][t] = warp_sum(acc[r][t]);
-  // Lane r * M + t writes (row0 + r, t): one store each, spread over the lanes.
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
+  if constexpr (Gated) {
+    // Lane t writes (row0, t).
 #pragma unroll
     for (int t = 0; t < M; ++t)
-      if (lane == r * M + t && row0 + r < n) y[t * y_stride + row0 + r] = from_float<T>(acc[r][t]);
+      if (lane == t) y[t * y_stride + row0] = silu_times(from_float<T>(acc[0][t]), from_float<T>(acc[1][t]));
+  } else {
+    // Lane r * M + t writes (row0 + r, t): one store each, spread over the lanes.
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int t = 0; t < M; ++t)
+        if (lane == r * M + t && row0 + r < n) y[t * y_stride + row0 + r] = from_float<T>(acc[r][t]);
+  }
 }
 
-template <typename T, int M>
+template <typename T, int M, bool Gated>
 void launch(const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride, int32_t n, int32_t k,
             Stream stream) {
-  const int64_t rows_per_block = int64_t{kWarps} * kRows;
-  gemv_kernel<T, M><<<static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block), kWarps * 32, 0, stream>>>(
-      static_cast<const T*>(x), x_stride, static_cast<const T*>(w), static_cast<T*>(y), y_stride, n, k);
+  const int64_t outputs_per_block = int64_t{kWarps} * (Gated ? 1 : kRows);
+  const auto blocks = static_cast<unsigned>((n + outputs_per_block - 1) / outputs_per_block);
+  gemv_kernel<T, M, Gated><<<blocks, kWarps * 32, 0, stream>>>(static_cast<const T*>(x), x_stride,
+                                                               static_cast<const T*>(w), static_cast<T*>(y), y_stride,
+                                                               n, k);
 }
 
-template <typename T, int M>
+template <typename T, int M, bool Gated>
 void launch_up_to(int32_t m, const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride, int32_t n,
                   int32_t k, Stream stream) {
   if constexpr (M > 1) {
-    if (m < M) return launch_up_to<T, M - 1>(m, x, x_stride, w, y, y_stride, n, k, stream);
+    if (m < M) return launch_up_to<T, M - 1, Gated>(m, x, x_stride, w, y, y_stride, n, k, stream);
   }
-  launch<T, M>(x, x_stride, w, y, y_stride, n, k, stream);
+  launch<T, M, Gated>(x, x_stride, w, y, y_stride, n, k, stream);
+}
+
+template <bool Gated>
+void run(const char* name, DType dtype, const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride,
+         int32_t m, int32_t n, int32_t k, Stream stream) {
+  const std::string refusal = gemv_refusal(dtype, x, x_stride, w, m, n, k);
+  if (!refusal.empty()) throw CudaError(std::string(name) + ": " + refusal);
+  if (y_stride < n) {
+    throw CudaError(std::string(name) + ": y's row stride " + std::to_string(y_stride) + " is under n " + std::to_string(n));
+  }
+  dispatch_dtype(dtype, [&]<typename T>() {
+    if constexpr (!std::is_same_v<T, float>)
+      launch_up_to<T, kGemvMaxRows, Gated>(m, x, x_stride, w, y, y_stride, n, k, stream);
+  });
+  check_launch(name);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -126,13 +163,12 @@ std::string gemv_refusal(DType dtype, const void* x, int64_t x_stride, const voi
 
 void gemv(DType dtype, const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride, int32_t m, int32_t n,
           int32_t k, Stream stream) {
-  const std::string refusal = gemv_refusal(dtype, x, x_stride, w, m, n, k);
-  if (!refusal.empty()) throw CudaError("gemv: " + refusal);
-  if (y_stride < n) throw CudaError("gemv: y's row stride " + std::to_string(y_stride) + " is under n " + std::to_string(n));
-  dispatch_dtype(dtype, [&]<typename T>() {
-    if constexpr (!std::is_same_v<T, float>) launch_up_to<T, kGemvMaxRows>(m, x, x_stride, w, y, y_stride, n, k, stream);
-  });
-  check_launch("gemv");
+  run<false>("gemv", dtype, x, x_stride, w, y, y_stride, m, n, k, stream);
+}
+
+void gemv_swiglu(DType dtype, const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride, int32_t m,
+               int32_t n, int32_t k, Stream stream) {
+  run<true>("gemv_swiglu", dtype, x, x_stride, w, y, y_stride, m, n, k, stream);
 }
 
 }  // namespace strata::cuda

@@ -52,6 +52,7 @@ struct Run {
   std::vector<std::vector<int32_t>> tokens;  // generated, per sequence
   std::vector<std::vector<float>> margins;   // top-1 minus top-2 logit at each generated token
   std::vector<std::vector<float>> first_logits;  // per sequence, the logits its prompt produced
+  std::vector<std::vector<float>> second_logits; // per sequence, those of its first decode step
 };
 
 int32_t argmax(const float* logits, int32_t vocab, float* margin) {
@@ -83,6 +84,7 @@ Run greedy(ModelBackend& backend, const Schedule& s) {
   run.tokens.resize(n);
   run.margins.resize(n);
   run.first_logits.resize(n);
+  run.second_logits.resize(n);
   std::vector<float> logits;
   for (int32_t step = 0;; ++step) {
     StepBatch batch;
@@ -127,6 +129,7 @@ Run greedy(ModelBackend& backend, const Schedule& s) {
       float margin = 0.0f;
       const float* row_logits = logits.data() + size_t(row++) * vocab;
       if (run.tokens[i].empty()) run.first_logits[i].assign(row_logits, row_logits + vocab);
+      if (run.tokens[i].size() == 1) run.second_logits[i].assign(row_logits, row_logits + vocab);
       const int32_t next = argmax(row_logits, vocab, &margin);
       run.tokens[i].push_back(next);
       run.margins[i].push_back(margin);
@@ -441,28 +444,62 @@ int main(int argc, char** argv) {
     CpuBackend cpu(dir);
     const Schedule s = random_schedule(cpu.config(), 6, 70, 3, 40);
     const Run ref = greedy(cpu, s);
-    for (cuda::DType dtype : {cuda::DType::kF32, cuda::DType::kBF16}) {
+    // bf16 twice: with cuBLAS for every GEMM (the default), then with the GEMV kernel for steps of
+    // up to 8 rows (gemv, and gemv_swiglu for gate/up), whose tokens alone and batched may part
+    // (the two kernels round differently), so that run skips the invariance check.
+    struct Config {
+      cuda::DType dtype;
+      int32_t gemv_rows;
+    };
+    for (const Config config : {Config{cuda::DType::kF32, 0}, Config{cuda::DType::kBF16, 0},
+                                Config{cuda::DType::kBF16, cuda::kGemvMaxRows}}) {
+      const cuda::DType dtype = config.dtype;
+      const std::string label = std::string(cuda::dtype_name(dtype)) + (config.gemv_rows > 0 ? " gemv" : "");
       CudaBackendOptions options;
       options.dtype = dtype;
+      options.gemv_max_rows = config.gemv_rows;
       options.max_batch_tokens = 512;
       options.max_seqs = 16;
       // STRATA_CUDA_GRAPHS=0 runs every step eagerly, to tell a graph problem from a kernel one.
       const char* graphs_env = std::getenv("STRATA_CUDA_GRAPHS");
       options.cuda_graphs = graphs_env == nullptr || std::string(graphs_env) != "0";
       CudaBackend gpu(dir, options);
-      std::printf("%s %s: loaded %.1f MB in %.3f s (%.2f GB/s) on %s\n", name.c_str(), cuda::dtype_name(dtype),
+      std::printf("%s %s: loaded %.1f MB in %.3f s (%.2f GB/s) on %s\n", name.c_str(), label.c_str(),
                   gpu.load_stats().bytes / 1e6, gpu.load_stats().seconds, gpu.load_stats().gb_per_s(),
                   gpu.device_name().c_str());
       const Run got = greedy(gpu, s);
       const std::string steps = std::to_string(gpu.graph_steps()) + " graph / " + std::to_string(gpu.eager_steps()) +
                                 " eager steps";
       // The schedule has decode-only steps: with graphs on, they must have replayed one.
-      if (options.cuda_graphs) report.add_exact("decode replays graphs", cuda::dtype_name(dtype), name + " (" + steps + ")",
+      if (options.cuda_graphs) report.add_exact("decode replays graphs", label, name + " (" + steps + ")",
                                                 gpu.graph_steps() > 0);
       // Batch invariance: each sequence alone gives the tokens it got sharing the batches.
-      std::string where;
-      const bool invariant = batch_invariant(gpu, s, got, &where);
-      report.add_exact("batch invariant", cuda::dtype_name(dtype), name + where, invariant);
+      if (config.gemv_rows == 0) {
+        std::string where;
+        const bool invariant = batch_invariant(gpu, s, got, &where);
+        report.add_exact("batch invariant", label, name + where, invariant);
+      } else {
+        // Each sequence alone decodes one row a step, on the GEMV kernels: its first decode
+        // step's logits against the CPU backend's (where their first tokens agree, so both
+        // steps see the same input).
+        std::vector<double> cpu_logits;
+        std::vector<float> gemv_logits;
+        int32_t seqs = 0;
+        for (size_t i = 0; i < s.prompts.size(); ++i) {
+          Schedule alone;
+          alone.prompts = {s.prompts[i]};
+          alone.start_step = {0};
+          alone.new_tokens = 2;
+          const Run one = greedy(gpu, alone);
+          if (one.tokens[0][0] != ref.tokens[i][0]) continue;
+          ++seqs;
+          cpu_logits.insert(cpu_logits.end(), ref.second_logits[i].begin(), ref.second_logits[i].end());
+          gemv_logits.insert(gemv_logits.end(), one.second_logits[0].begin(), one.second_logits[0].end());
+        }
+        if (seqs == 0) report.add_exact("decode on the gemv kernels vs cpu", label, name + " (no first token agreed)", false);
+        else report.add("decode on the gemv kernels vs cpu", label, name + " (" + std::to_string(seqs) + " seqs, 1 row a step)",
+                        compare(cpu_logits, gemv_logits), 3e-2);
+      }
       std::string note;
       if (dtype == cuda::DType::kF32) {
         report.add("prompt logits vs cpu", "f32", name, compare(prompt_logits<double>(ref), prompt_logits<float>(got)), 1e-4);
@@ -471,11 +508,11 @@ int main(int argc, char** argv) {
       } else {
         // bf16 rounds every activation, so greedy paths part sooner or later: how far they agree is logged.
         const auto [agree, total] = agreeing_tokens(ref, got);
-        std::printf("bf16 %s: %zu of %zu tokens agree with the fp32 CPU backend before each sequence's first difference\n",
-                    name.c_str(), agree, total);
+        std::printf("%s %s: %zu of %zu tokens agree with the fp32 CPU backend before each sequence's first difference\n",
+                    label.c_str(), name.c_str(), agree, total);
         // The prompts' logits next to the fp32 CPU backend's: bf16 activations through every
         // layer, and bf16 logits (their own rounding is 2^-9 of their size), land near 1e-2.
-        report.add("prompt logits vs cpu", "bf16", name + " (" + std::to_string(agree) + "/" + std::to_string(total) +
+        report.add("prompt logits vs cpu", label, name + " (" + std::to_string(agree) + "/" + std::to_string(total) +
                    " greedy tokens agree)", compare(prompt_logits<double>(ref), prompt_logits<float>(got)), 3e-2);
       }
     }

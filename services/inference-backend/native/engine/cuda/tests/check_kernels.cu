@@ -588,6 +588,22 @@ void check_prefill(KvShape s, std::vector<int32_t> start_pos, std::vector<int32_
 
 // ---- decode GEMV --------------------------------------------------------------------------
 
+// Each of the m rows of x run alone (m = 1) through launch(its row, a poisoned output row): true
+// when every one gives the bytes of its row of `got` (n outputs, y_stride apart).
+template <typename T, typename Launch>
+bool rows_alone_match(const DeviceBuffer<T>& d_x, int64_t x_stride, int32_t m, int32_t n, int64_t y_stride,
+                      const std::vector<T>& got, Launch launch) {
+  DeviceBuffer<T> d_row{size_t(y_stride)};
+  for (int32_t t = 0; t < m; ++t) {
+    d_row.poison();
+    launch(d_x.ptr + size_t(t) * x_stride, d_row.ptr);
+    STRATA_CK(cudaDeviceSynchronize());
+    const std::vector<T> alone = d_row.download();
+    if (std::memcmp(alone.data(), got.data() + size_t(t) * y_stride, sizeof(T) * size_t(n)) != 0) return false;
+  }
+  return true;
+}
+
 // y = x · wᵀ for m rows (strided x and y, poisoned padding that must stay), against float64;
 // then every row again alone (m = 1), which must give the same bytes: a row's result may not
 // depend on what is batched with it.
@@ -596,7 +612,7 @@ void check_gemv(int32_t m, int32_t n, int32_t k) {
   const int64_t x_stride = k + 8, y_stride = n + 3;
   const std::vector<T> x = convert<T>(random_floats(size_t(m) * x_stride, 1.0f));
   const std::vector<T> w = convert<T>(random_floats(size_t(n) * k, 1.0f / std::sqrt(float(k))));
-  DeviceBuffer<T> d_x(x.size()), d_w(w.size()), d_y(size_t(m) * y_stride), d_row{size_t(y_stride)};
+  DeviceBuffer<T> d_x(x.size()), d_w(w.size()), d_y(size_t(m) * y_stride);
   d_x.upload(x);
   d_w.upload(w);
   d_y.poison();
@@ -618,15 +634,42 @@ void check_gemv(int32_t m, int32_t n, int32_t k) {
   const std::string shape = shape_text({{"m", m}, {"n", n}, {"k", k}});
   report.add("gemv", dtype_name(dtype_of<T>()), shape, compare(ref, got, &inside), tolerance<T>());
   report.add_exact("gemv padding not written", dtype_name(dtype_of<T>()), shape, padding_written == 0);
-  bool same = true;
-  for (int32_t t = 0; t < m && same; ++t) {
-    d_row.poison();
-    gemv(dtype_of<T>(), d_x.ptr + size_t(t) * x_stride, x_stride, d_w.ptr, d_row.ptr, y_stride, 1, n, k, nullptr);
-    STRATA_CK(cudaDeviceSynchronize());
-    const std::vector<T> alone = d_row.download();
-    same = std::memcmp(alone.data(), got.data() + size_t(t) * y_stride, sizeof(T) * size_t(n)) == 0;
-  }
+  const bool same = rows_alone_match(d_x, x_stride, m, n, y_stride, got, [&](const T* row, T* out) {
+    gemv(dtype_of<T>(), row, x_stride, d_w.ptr, out, y_stride, 1, n, k, nullptr);
+  });
   report.add_exact("gemv row alone == batched", dtype_name(dtype_of<T>()), shape, same);
+}
+
+// The gated GEMV (gemv_swiglu) against gemv into a (m, 2n) gate/up buffer then silu_mul: the same
+// bytes in every row; y's padding untouched; every row alone gives the batch's bytes.
+template <typename T>
+void check_gemv_swiglu(int32_t m, int32_t n, int32_t k) {
+  const int64_t x_stride = k + 8, y_stride = n + 3;
+  const std::vector<T> x = convert<T>(random_floats(size_t(m) * x_stride, 1.0f));
+  const std::vector<T> w = convert<T>(random_floats(size_t(2 * n) * k, 2.0f / std::sqrt(float(k))));
+  DeviceBuffer<T> d_x(x.size()), d_w(w.size()), d_gate_up(size_t(m) * 2 * n), d_ref(size_t(m) * n);
+  DeviceBuffer<T> d_y(size_t(m) * y_stride);
+  d_x.upload(x);
+  d_w.upload(w);
+  d_y.poison();
+  gemv(dtype_of<T>(), d_x.ptr, x_stride, d_w.ptr, d_gate_up.ptr, 2 * n, m, 2 * n, k, nullptr);
+  silu_mul(dtype_of<T>(), d_gate_up.ptr, d_ref.ptr, m, n, nullptr);
+  gemv_swiglu(dtype_of<T>(), d_x.ptr, x_stride, d_w.ptr, d_y.ptr, y_stride, m, n, k, nullptr);
+  STRATA_CK(cudaDeviceSynchronize());
+  const std::vector<T> ref = d_ref.download(), got = d_y.download();
+  bool same = true;
+  size_t padding_written = 0;
+  for (int32_t t = 0; t < m; ++t) {
+    same = same && std::memcmp(got.data() + size_t(t) * y_stride, ref.data() + size_t(t) * n, sizeof(T) * size_t(n)) == 0;
+    for (int64_t j = n; j < y_stride; ++j) padding_written += std::isfinite(to_double(got[size_t(t) * y_stride + j]));
+  }
+  const std::string shape = shape_text({{"m", m}, {"n", n}, {"k", k}});
+  report.add_exact("gemv_swiglu == gemv + silu_mul", dtype_name(dtype_of<T>()), shape, same);
+  report.add_exact("gemv_swiglu padding not written", dtype_name(dtype_of<T>()), shape, padding_written == 0);
+  const bool alone_same = rows_alone_match(d_x, x_stride, m, n, y_stride, got, [&](const T* row, T* out) {
+    gemv_swiglu(dtype_of<T>(), row, x_stride, d_w.ptr, out, y_stride, 1, n, k, nullptr);
+  });
+  report.add_exact("gemv_swiglu row alone == batched", dtype_name(dtype_of<T>()), shape, alone_same);
 }
 
 template <typename T>
@@ -652,6 +695,9 @@ void check_dtype() {
     check_gemv<T>(3, 515, 264);
     check_gemv<T>(8, 1, 8);
     if (full) check_gemv<T>(2, 1000, 14336);
+    for (int32_t m = 1; m <= kGemvMaxRows; ++m) check_gemv_swiglu<T>(m, 37, 1032);
+    check_gemv_swiglu<T>(2, 384, 128);  // tinystories-656k's MLP: silu_mul's 16-byte path
+    check_gemv_swiglu<T>(1, 5, 8);
     const bool refused = !gemv_refusal(dtype_of<T>(), nullptr, 12, nullptr, 1, 4, 12).empty() &&
                          !gemv_refusal(dtype_of<T>(), nullptr, 16, nullptr, kGemvMaxRows + 1, 4, 16).empty() &&
                          !gemv_refusal(DType::kF32, nullptr, 16, nullptr, 1, 4, 16).empty() &&

@@ -33,7 +33,8 @@ struct CudaBackendOptions {
   // sampler cannot hold (over ~55k entries before sm_90) samples on the CPU: sampling_note().
   bool sample_on_device = true;
   // GEMMs of up to this many rows (decode steps of up to this many sequences) in bf16/fp16 run
-  // on the GEMV kernel (cuda::gemv) instead of cuBLAS; 0 = always cuBLAS; at most
+  // on the GEMV kernel (cuda::gemv, and cuda::gemv_swiglu for the gate/up projection with the
+  // SiLU, so silu_mul does not run) instead of cuBLAS; 0 = always cuBLAS; at most
   // cuda::kGemvMaxRows. Off by default: on an H100 the kernel read Llama-3-8B's o, gate/up and
   // q/k/v weights at batch 1 as fast as cuBLAS or faster, but the only build timed there
   // (which also recomputed silu_mul inside the down projection's GEMV) was on par at batch 1

@@ -68,6 +68,11 @@ inline constexpr int32_t kGemvMaxRows = 8;
 std::string gemv_refusal(DType dtype, const void* x, int64_t x_stride, const void* w, int32_t m, int32_t n, int32_t k);
 void gemv(DType dtype, const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride, int32_t m, int32_t n,
           int32_t k, Stream stream);
+// The gated form for a fused gate/up weight w (2n, k), gate rows then up rows: y[i, j] =
+// silu(x_i · w_j) * (x_i · w_{n+j}), the same bytes as gemv into a (m, 2n) buffer followed by
+// silu_mul, with neither the buffer nor silu_mul's launch. Refused as gemv (gemv_refusal with n).
+void gemv_swiglu(DType dtype, const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride, int32_t m,
+               int32_t n, int32_t k, Stream stream);
 
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, intermediate + i]: the fused gate/up projection's
 // output (n_tokens, 2 * intermediate) to the down projection's input (n_tokens, intermediate).
