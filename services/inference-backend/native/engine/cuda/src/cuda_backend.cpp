@@ -110,9 +110,8 @@ DType checkpoint_dtype(const TensorInfo& t) {
 // file's Q4_0/Q4_1/Q8_0 blocks in quant_gemm's layout (cuda_quant.h).
 struct Linear {
   void* dense = nullptr;
-  cuda::QuantWeight quant;
-  bool is_quant = false;  // quant holds the weight (its data is set once the allocation exists)
-  bool quantized() const { return is_quant; }
+  cuda::QuantWeight quant;  // rows > 0: it holds the weight (its data is set once the allocation exists)
+  bool quantized() const { return quant.rows > 0; }
 };
 
 // How each linear weight of a layer is kept: nullopt = dense in the dtype, else quantized.
@@ -196,14 +195,10 @@ class WeightUploader {
 };
 
 // The fp32 values of a checkpoint matrix `name`: its ModelWeights member, or its GGUF blocks
-// dequantized exactly (dequantize_row).
+// dequantized exactly.
 std::vector<float> dense_values(const ModelWeights& w, const std::string& name, const std::vector<float>& member) {
   const auto it = w.quantized.find(name);
-  if (it == w.quantized.end()) return member;
-  const QuantMatrix& q = it->second;
-  std::vector<float> out(size_t(q.rows * q.cols));
-  for (int64_t r = 0; r < q.rows; ++r) dequantize_row(q.type, q.row(r), q.cols, out.data() + r * q.cols);
-  return out;
+  return it == w.quantized.end() ? member : dequantize(it->second);
 }
 
 }  // namespace
@@ -503,19 +498,15 @@ struct CudaBackend::Impl {
     const auto take = [&](int64_t elems) { return take_bytes(elems * int64_t(esize)); };
     const auto linear = [&](std::optional<QuantType> type, int64_t rows, int64_t cols) {
       Linear l;
-      if (type) {
-        l.quant = {*type, int32_t(rows), int32_t(cols), take_bytes(cuda::quant_gpu_bytes(*type, rows, cols))};
-        l.is_quant = true;
-      } else {
-        l.dense = take(rows * cols);
-      }
+      if (type) l.quant = {*type, int32_t(rows), int32_t(cols), take_bytes(cuda::quant_gpu_bytes(*type, rows, cols))};
+      else l.dense = take(rows * cols);
       return l;
     };
     // Twice: sizes first (base null), then the addresses in the allocation.
     for (int pass = 0; pass < 2; ++pass) {
       at = 0;
       embed = take(vocab * hidden);
-      lm_head = own_head ? linear(head, vocab, hidden) : Linear{embed, {}, false};
+      lm_head = own_head ? linear(head, vocab, hidden) : Linear{embed, {}};
       final_norm = take(norm);
       layers.assign(size_t(config.num_layers), CudaLayer{});
       for (int32_t i = 0; i < config.num_layers; ++i) {

@@ -177,15 +177,20 @@ std::vector<T> prompt_logits(const Run& r) {
   return all;
 }
 
+// Sequence i of `s` on its own, for `new_tokens` tokens.
+Schedule alone(const Schedule& s, size_t i, int32_t new_tokens) {
+  Schedule one;
+  one.prompts = {s.prompts[i]};
+  one.start_step = {0};
+  one.new_tokens = new_tokens;
+  return one;
+}
+
 // Each sequence alone gives the tokens it got sharing the batches of `got`; `where` names the
 // first that does not.
 bool batch_invariant(ModelBackend& backend, const Schedule& s, const Run& got, std::string* where) {
   for (size_t i = 0; i < s.prompts.size(); ++i) {
-    Schedule alone;
-    alone.prompts = {s.prompts[i]};
-    alone.start_step = {0};
-    alone.new_tokens = s.new_tokens;
-    if (greedy(backend, alone).tokens[0] != got.tokens[i]) {
+    if (greedy(backend, alone(s, i, s.new_tokens)).tokens[0] != got.tokens[i]) {
       *where = " (seq " + std::to_string(i) + " differs)";
       return false;
     }
@@ -424,7 +429,7 @@ void check_quantized(Report& report, const std::filesystem::path& file, const st
 int main(int argc, char** argv) {
   require_device();
   if (argc < 2) {
-    std::fprintf(stderr, "usage: check_cuda_backend <model dir>...\n");
+    std::fprintf(stderr, "usage: check_cuda_backend <model dir or .gguf>...\n");
     return 2;
   }
   Report report;
@@ -433,10 +438,12 @@ int main(int argc, char** argv) {
     const std::string name = dir.substr(dir.find_last_of('/') + 1);
     // A quantized GGUF file (SmolLM2's Q4_1, say): the CPU backend's 8-bit activations part its
     // logits from exact fp32, so it takes the quantized checks, not the fp32 equality below.
-    if (const ModelSource source = resolve_model_source(dir); source.kind == ModelSource::Kind::kGguf) {
-      const GgufFile file = GgufFile::open(source.path);
+    const ModelSource source = resolve_model_source(dir);
+    std::optional<GgufFile> gguf;
+    if (source.kind == ModelSource::Kind::kGguf) {
+      gguf.emplace(GgufFile::open(source.path));
       const auto is_float = [](const GgufTensor& t) { return t.type == 0 || t.type == 1 || t.type == 30; };
-      if (!std::all_of(file.tensors().begin(), file.tensors().end(), is_float)) {
+      if (!std::all_of(gguf->tensors().begin(), gguf->tensors().end(), is_float)) {
         check_quantized(report, source.path, name, "", "");
         continue;
       }
@@ -486,11 +493,7 @@ int main(int argc, char** argv) {
         std::vector<float> gemv_logits;
         int32_t seqs = 0;
         for (size_t i = 0; i < s.prompts.size(); ++i) {
-          Schedule alone;
-          alone.prompts = {s.prompts[i]};
-          alone.start_step = {0};
-          alone.new_tokens = 2;
-          const Run one = greedy(gpu, alone);
+          const Run one = greedy(gpu, alone(s, i, 2));
           if (one.tokens[0][0] != ref.tokens[i][0]) continue;
           ++seqs;
           cpu_logits.insert(cpu_logits.end(), ref.second_logits[i].begin(), ref.second_logits[i].end());
@@ -548,11 +551,9 @@ int main(int argc, char** argv) {
     if (same) report.add("engine: sampled logprobs", "f32", name, compare(ref_lp, got_lp), 1e-5);
 
     // A GGUF file of fp32 tensors: its quantized copies.
-    const ModelSource source = resolve_model_source(dir);
-    if (source.kind != ModelSource::Kind::kGguf) continue;
-    const GgufFile file = GgufFile::open(source.path);
-    if (!std::all_of(file.tensors().begin(), file.tensors().end(), [](const GgufTensor& t) { return t.type == 0; }))
+    if (!gguf || !std::all_of(gguf->tensors().begin(), gguf->tensors().end(), [](const GgufTensor& t) { return t.type == 0; }))
       continue;
+    const GgufFile& file = *gguf;
     const std::filesystem::path tmp =
         std::filesystem::temp_directory_path() / ("strata-check-gguf-" + std::to_string(random_int(0, 1 << 30)));
     std::filesystem::create_directories(tmp);

@@ -78,12 +78,6 @@ std::vector<float> concat_rows(std::initializer_list<std::vector<float>*> parts)
   return out;
 }
 
-std::vector<float> dequantize(const QuantMatrix& m) {
-  std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
-  for (int64_t r = 0; r < m.rows; ++r) dequantize_row(m.type, m.row(r), m.cols, out.data() + r * m.cols);
-  return out;
-}
-
 // One weight tensor of a fused matrix: its Hugging Face name and its fp32 member (empty when
 // the tensor is in ModelWeights::quantized).
 struct Part {

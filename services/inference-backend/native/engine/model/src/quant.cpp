@@ -52,4 +52,10 @@ void dequantize_row(QuantType type, const uint8_t* blocks, int64_t cols, float* 
   }
 }
 
+std::vector<float> dequantize(const QuantMatrix& m) {
+  std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
+  for (int64_t r = 0; r < m.rows; ++r) dequantize_row(m.type, m.row(r), m.cols, out.data() + r * m.cols);
+  return out;
+}
+
 }  // namespace strata

@@ -49,4 +49,7 @@ struct QuantMatrix {
 // d * q (+ m) in fp32).
 void dequantize_row(QuantType type, const uint8_t* blocks, int64_t cols, float* out);
 
+// The whole matrix, row by row as dequantize_row: (rows, cols) fp32, row-major.
+std::vector<float> dequantize(const QuantMatrix& m);
+
 }  // namespace strata
