@@ -73,20 +73,6 @@ inline double median(std::vector<double> xs) {
   return xs.size() % 2 ? xs[h] : 0.5 * (xs[h - 1] + xs[h]);
 }
 
-// A string as a JSON string's contents (the benchmarks' JSON names GPUs, routes and shapes).
-inline std::string json_escape(const std::string& s) {
-  std::string out;
-  for (const char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
 // A CUDA graph of n launches, launch(0) .. launch(n - 1) captured on `stream`, instantiated.
 // A launch that throws ends the capture first.
 inline cudaGraphExec_t capture_graph(const std::function<void(int)>& launch, int n, cudaStream_t stream) {

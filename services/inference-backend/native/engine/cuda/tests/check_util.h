@@ -166,6 +166,20 @@ Comparison compare(const std::vector<double>& ref, const std::vector<T>& got, co
   return c;
 }
 
+// A string as a JSON string's contents (the checks' and benchmarks' JSON name GPUs, models and shapes).
+inline std::string json_escape(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
 struct Row {
   std::string check, dtype, shape;
   Comparison cmp;
@@ -202,8 +216,8 @@ class Report {
       out << "{\"program\":\"" << program << "\",\"seed\":" << run_seed() << ",\"rows\":[";
       for (size_t i = 0; i < rows_.size(); ++i) {
         const Row& r = rows_[i];
-        out << (i ? "," : "") << "{\"check\":\"" << r.check << "\",\"dtype\":\"" << r.dtype << "\",\"shape\":\""
-            << r.shape << "\",\"rel_l2\":" << r.cmp.rel_l2 << ",\"max_abs\":" << r.cmp.max_abs
+        out << (i ? "," : "") << "{\"check\":\"" << json_escape(r.check) << "\",\"dtype\":\"" << r.dtype
+            << "\",\"shape\":\"" << json_escape(r.shape) << "\",\"rel_l2\":" << r.cmp.rel_l2 << ",\"max_abs\":" << r.cmp.max_abs
             << ",\"non_finite\":" << r.cmp.non_finite << ",\"tolerance\":" << r.tolerance
             << ",\"pass\":" << (r.pass ? "true" : "false") << "}";
       }
