@@ -293,37 +293,64 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_partition_kernel(Decode
   }
 }
 
-// Merges a sequence's num_partitions partitions for one query head: out = sum_p e^(m_p - M) o_p /
-// sum_p e^(m_p - M) l_p, in partition order. Every thread of the block calls it (it has barriers);
-// `weights` is num_partitions floats of shared memory (rounded up to 4), `scratch` 32. The
-// partials are read past L1: other blocks of the same kernel may have written them.
+// Merges a sequence's num_partitions partitions for query heads head0 .. head0 + count - 1:
+// out = sum_p w_p o_p with w_p = e^(m_p - M) / sum_q e^(m_q - M) l_q, added in partition order.
+// Every thread of the block calls it (it has barriers). A warp per head turns the partitions'
+// maxima and sums into the weights (`weights`: count × num_partitions floats of shared memory),
+// then the block's threads take the heads' outputs 4 columns at a time, reading 8 partitions'
+// 16 bytes before adding any: the merge is a few L2 round trips, whether one block merges one
+// head (decode_reduce_kernel) or a KV head's group (decode_mma_kernel's last block). The partials
+// are read past L1: other blocks of the same kernel may have written them.
 template <typename T, int D>
-__device__ void merge_partitions(const DecodeParams<T>& p, int32_t seq, int32_t head, int32_t num_partitions,
-                                 float* weights, float* scratch) {
-  T* out = p.out + int64_t{seq} * p.out_stride + int64_t{head} * D;
-  const int64_t base = (int64_t{seq} * p.num_heads + head) * p.max_partitions;
-  float m = -INFINITY;
-  for (int32_t i = threadIdx.x; i < num_partitions; i += blockDim.x) m = fmaxf(m, load_cg(p.ws_max + base + i));
-  m = warp_max(m);
-  __syncthreads();
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = m;
-  __syncthreads();
-  m = threadIdx.x % 32 < blockDim.x / 32 ? scratch[threadIdx.x % 32] : -INFINITY;
-  m = warp_max(m);  // every warp reduces the same values, so every thread has the block's max
-
-  float l = 0.0f;
-  for (int32_t i = threadIdx.x; i < num_partitions; i += blockDim.x) {
-    const float w = expf(load_cg(p.ws_max + base + i) - m);
-    weights[i] = w;
-    l += w * load_cg(p.ws_sum + base + i);
+__device__ void merge_partitions(const DecodeParams<T>& p, int32_t seq, int32_t head0, int32_t count,
+                                 int32_t num_partitions, float* weights) {
+  static_assert(D % 4 == 0, "head_dim is a whole number of 16-byte vectors");
+  constexpr int kVecs = D / 4;
+  constexpr int kInFlight = 8;
+  const int32_t lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const int64_t head_base = (int64_t{seq} * p.num_heads + head0) * p.max_partitions;
+  for (int32_t r = threadIdx.x / 32; r < count; r += warps) {
+    const int64_t base = head_base + int64_t{r} * p.max_partitions;
+    float* w = weights + r * num_partitions;
+    float m = -INFINITY;
+    for (int32_t i = lane; i < num_partitions; i += 32) m = fmaxf(m, load_cg(p.ws_max + base + i));
+    m = warp_max(m);
+    float l = 0.0f;
+    for (int32_t i = lane; i < num_partitions; i += 32) {
+      w[i] = expf(load_cg(p.ws_max + base + i) - m);
+      l += w[i] * load_cg(p.ws_sum + base + i);
+    }
+    const float inv = 1.0f / warp_sum(l);
+    for (int32_t i = lane; i < num_partitions; i += 32) w[i] *= inv;
   }
-  l = block_sum(l, scratch);  // its barriers also publish `weights`
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float total = 0.0f;
-    for (int32_t i = 0; i < num_partitions; ++i) total += weights[i] * load_cg(p.ws_out + (base + i) * D + d);
-    out[d] = from_float<T>(total / l);
+  __syncthreads();
+  for (int32_t i = threadIdx.x; i < count * kVecs; i += blockDim.x) {
+    const int32_t r = i / kVecs, v = i % kVecs;
+    const float4* src = reinterpret_cast<const float4*>(p.ws_out + (head_base + int64_t{r} * p.max_partitions) * D) + v;
+    const float* w = weights + r * num_partitions;
+    float4 total = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const auto add = [&](float weight, float4 x) {
+      total.x += weight * x.x;
+      total.y += weight * x.y;
+      total.z += weight * x.z;
+      total.w += weight * x.w;
+    };
+    int32_t part = 0;
+    for (; part + kInFlight <= num_partitions; part += kInFlight) {
+      float4 x[kInFlight];
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k) x[k] = load_cg(src + int64_t{part + k} * kVecs);
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k) add(w[part + k], x[k]);
+    }
+    for (; part < num_partitions; ++part) add(w[part], load_cg(src + int64_t{part} * kVecs));
+    T* out = p.out + int64_t{seq} * p.out_stride + int64_t{head0 + r} * D + 4 * v;
+    out[0] = from_float<T>(total.x);
+    out[1] = from_float<T>(total.y);
+    out[2] = from_float<T>(total.z);
+    out[3] = from_float<T>(total.w);
   }
-  __syncthreads();  // `weights` and `scratch` may be reused at once
+  __syncthreads();  // `weights` may be reused at once
 }
 
 // Zeros for query head `head` of a sequence with no context (a padding row).
@@ -336,8 +363,7 @@ __device__ void write_zeros(const DecodeParams<T>& p, int32_t seq, int32_t head)
 // The partitions merged by a kernel of their own: grid (query heads, sequences).
 template <typename T, int D>
 __global__ void __launch_bounds__(kDecodeThreads) decode_reduce_kernel(DecodeParams<T> p) {
-  extern __shared__ float weights[];  // (max_partitions, rounded up to 4) e^(m_p - M)
-  __shared__ float scratch[32];
+  extern __shared__ float weights[];  // (max_partitions, rounded up to 4) the partitions' weights
   const int32_t seq = blockIdx.y, head = blockIdx.x;
   const int32_t context = min(p.context_lens[seq], p.max_context);
   if (context <= 0) {  // nothing to attend to: a padding row
@@ -347,7 +373,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_reduce_kernel(DecodePar
   const int32_t size = decode_partition_size(context);
   const int32_t num_partitions = (context + size - 1) / size;
   if (num_partitions == 1) return;  // the partition kernel wrote the output itself
-  merge_partitions<T, D>(p, seq, head, num_partitions, weights, scratch);
+  merge_partitions<T, D>(p, seq, head, 1, num_partitions, weights);
 }
 
 // Decode on tensor cores (bf16/fp16, head_dim 16 to 128 in whole 16-wide mma steps): the same
@@ -554,7 +580,6 @@ __global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<
   // for the group's query heads: each block's partials are made visible device-wide before it
   // counts them, and the one whose count completes the partitions reads them all.
   if (p.counters == nullptr || blk.num_partitions == 1 || int32_t(blockIdx.x) >= blk.num_partitions) return;
-  __shared__ float merge_scratch[32];
   __shared__ bool merges;
   __threadfence();
   __syncthreads();
@@ -567,9 +592,8 @@ __global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<
   __syncthreads();
   if (!merges) return;
   __threadfence();
-  float* const weights = reinterpret_cast<float*>(dm_smem4);  // the staged tiles are no longer read
-  for (int32_t r = 0; r < group; ++r)
-    merge_partitions<T, D>(p, seq, kv_head * group + r, blk.num_partitions, weights, merge_scratch);
+  // The group's weights live in the staged tiles' shared memory, no longer read.
+  merge_partitions<T, D>(p, seq, kv_head * group, group, blk.num_partitions, reinterpret_cast<float*>(dm_smem4));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1192,10 +1216,11 @@ void decode_attention(const DecodeAttentionArgs& a, Stream stream) {
             allow_shared_once<&decode_mma_kernel<T, D>>(decode_mma_shared_bytes<T, D>(2),
                                                         "decode_attention (tensor cores)");
             const dim3 mma_grid(decode_grid_partitions(a, max_partitions), a.num_kv_heads, a.n_seqs);
-            // The merge's weights (rounded up to 16 bytes, as the reduce kernel's) live in the
-            // staged tiles' shared memory: up to 1,536 partitions (786k tokens) at head_dim 16 and
-            // 8,704 at 128; past that the reduce kernel merges.
-            const size_t weights_bytes = sizeof(float) * ((size_t(max_partitions) + 3) / 4 * 4);
+            // The merge's weights, a group's worth (rounded up to 16 bytes, as the reduce
+            // kernel's), live in the staged tiles' shared memory: at group 4 up to 384 partitions
+            // (196k tokens) at head_dim 16 and 2,176 at 128; past that the reduce kernel merges.
+            const size_t weights_bytes =
+                sizeof(float) * ((size_t(max_partitions) * (a.num_heads / a.num_kv_heads) + 3) / 4 * 4);
             if (a.counters != nullptr && weights_bytes <= decode_mma_shared_bytes<T, D>(stages))
               p.counters = a.counters;
             decode_mma_kernel<T, D><<<mma_grid, kDmWarps * 32, decode_mma_shared_bytes<T, D>(stages), stream>>>(p, stages);

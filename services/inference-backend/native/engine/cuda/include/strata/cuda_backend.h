@@ -35,13 +35,13 @@ struct CudaBackendOptions {
   // GEMMs of up to this many rows (decode steps of up to this many sequences) in bf16/fp16 run
   // on the GEMV kernel (cuda::gemv, and cuda::gemv_swiglu for the gate/up projection with the
   // SiLU, so silu_mul does not run) instead of cuBLAS; 0 = always cuBLAS; at most
-  // cuda::kGemvMaxRows. Off by default: on an H100 the kernel read Llama-3-8B's o, gate/up and
-  // q/k/v weights at batch 1 as fast as cuBLAS or faster, but the only build timed there
-  // (which also recomputed silu_mul inside the down projection's GEMV) was on par at batch 1
-  // and took 1.7x and 2.8x cuBLAS's time at 4 and 8 sequences (docs/cuda-notes.md). A
+  // cuda::kGemvMaxRows. 4 by default: on an H100, Llama-3-8B's decode steps took 6.10-6.15 ms
+  // against cuBLAS's 6.70-6.72 at 1 sequence, 6.34-6.37 against 6.73-6.76 at 2, 6.82-6.83
+  // against 6.93-6.94 at 4, but 8.45 against 7.21-7.25 at 8 (two runs, docs/cuda-notes.md). A
   // sequence's bf16 logits then also depend on whether its step had at most this many rows
-  // (the two kernels round differently), so greedy tokens alone and batched can part.
-  int32_t gemv_max_rows = 0;
+  // (the two kernels round differently, as cuBLAS's own kernels for different row counts may),
+  // so greedy tokens alone and batched can part; 0 keeps every GEMM on cuBLAS.
+  int32_t gemv_max_rows = 4;
 };
 
 struct CudaLoadStats {
