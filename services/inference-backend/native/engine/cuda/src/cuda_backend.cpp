@@ -212,6 +212,7 @@ struct CudaBackend::Impl {
   std::unique_ptr<cuda::Gemm> gemm;
   CudaLoadStats load;
   std::string device;
+  int32_t sm_count = 0;
 
   int64_t hidden = 0, q_dim = 0, kv_dim = 0, qkv_dim = 0, inter = 0, vocab = 0;
   int32_t max_len = 0, max_blocks_per_seq = 0;
@@ -319,6 +320,7 @@ struct CudaBackend::Impl {
     cudaDeviceProp prop{};
     cuda::check(cudaGetDeviceProperties(&prop, options.device), "cudaGetDeviceProperties");
     device = prop.name;
+    sm_count = prop.multiProcessorCount;
     cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     gemm = std::make_unique<cuda::Gemm>();
 
@@ -922,7 +924,13 @@ struct CudaBackend::Impl {
         a.n_seqs = n_decode;
         a.max_context = shape.max_decode_context;
         a.workspace = workspace.as<float>();
-        a.counters = decode_counters.as<int32_t>();
+        // The tensor-core kernel merges its own partitions (no reduce launch) only while the
+        // batch's (sequence, KV head) pairs, about 16 partitions each, are blocks for at most 2
+        // an SM: on an H200 that saved 0.6-0.8 us a layer at 1 sequence, while from 8 sequences
+        // at 1k tokens the merging blocks' tails cost 1.6-54 us more than the reduce kernel
+        // (bench_cuda_attention, docs/cuda-notes.md).
+        if (int64_t{n_decode} * config.num_kv_heads * 16 <= 2 * int64_t{sm_count})
+          a.counters = decode_counters.as<int32_t>();
         cuda::decode_attention(a, stream);
       }
       if (shape.n_prefill > 0) {

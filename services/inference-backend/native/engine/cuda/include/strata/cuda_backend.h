@@ -35,13 +35,15 @@ struct CudaBackendOptions {
   // GEMMs of up to this many rows (decode steps of up to this many sequences) in bf16/fp16 run
   // on the GEMV kernel (cuda::gemv, and cuda::gemv_swiglu for the gate/up projection with the
   // SiLU, so silu_mul does not run) instead of cuBLAS; 0 = always cuBLAS; at most
-  // cuda::kGemvMaxRows. 4 by default: on an H100, Llama-3-8B's decode steps took 6.10-6.15 ms
-  // against cuBLAS's 6.70-6.72 at 1 sequence, 6.34-6.37 against 6.73-6.76 at 2, 6.82-6.83
-  // against 6.93-6.94 at 4, but 8.45 against 7.21-7.25 at 8 (two runs, docs/cuda-notes.md). A
-  // sequence's bf16 logits then also depend on whether its step had at most this many rows
-  // (the two kernels round differently, as cuBLAS's own kernels for different row counts may),
-  // so greedy tokens alone and batched can part; 0 keeps every GEMM on cuBLAS.
-  int32_t gemv_max_rows = 4;
+  // cuda::kGemvMaxRows. 2 by default: Llama-3-8B's decode steps took, with the GEMV against
+  // cuBLAS alone (alternating in one process), on an H100 6.10-6.15 ms against 6.70-6.72 at 1
+  // sequence, 6.34-6.37 against 6.73-6.76 at 2, 6.82-6.83 against 6.93-6.94 at 4 and 8.45
+  // against 7.21-7.25 at 8 (two runs); on an H200 4.53 against 4.85 at 1 but 5.36 against 5.00
+  // at 4 (docs/cuda-notes.md). A sequence's bf16 logits then also depend on whether its step
+  // had at most this many rows (the two kernels round differently, as cuBLAS's own kernels for
+  // different row counts may), so greedy tokens alone and batched can part; 0 keeps every GEMM
+  // on cuBLAS.
+  int32_t gemv_max_rows = 2;
 };
 
 struct CudaLoadStats {
