@@ -109,8 +109,7 @@ export async function upCommand(options: UpOptions): Promise<void> {
   }
 
   const keys = onEnter(process.stdin, () => write(banner(platform, logDir, options.verbose, true)));
-  write(banner(platform, logDir, options.verbose, keys !== undefined));
-
+  // The handlers before the banner: whoever reads its "Press Ctrl-C to stop" may signal at once.
   let stopping = false;
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.on(signal, () => {
@@ -126,4 +125,5 @@ export async function upCommand(options: UpOptions): Promise<void> {
       });
     });
   }
+  write(banner(platform, logDir, options.verbose, keys !== undefined));
 }
