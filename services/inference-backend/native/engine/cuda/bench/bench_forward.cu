@@ -174,6 +174,12 @@ int run(int argc, char** argv) {
               model_dir.c_str(), c.num_layers, c.hidden_size, c.vocab_size, backend.weights_format().c_str(),
               double(backend.decode_weight_bytes()) / 1e9, backend.load_stats().bytes / 1e9, backend.load_stats().seconds,
               backend.load_stats().gb_per_s(), backend.device_name().c_str());
+  if (backend.load_stats().read_seconds > 0.0) {
+    std::printf("load: %.2f s reading the file's tensors, %.2f s of host work on them (dequantizing, repacking), "
+                "%.2f s the rest (copies and conversions on the device)\n",
+                backend.load_stats().read_seconds, backend.load_stats().host_seconds,
+                backend.load_stats().seconds - backend.load_stats().read_seconds - backend.load_stats().host_seconds);
+  }
 
   const int32_t n_seqs = std::max(max_batch, prefill_seqs);
   const int32_t per_seq = (options.max_model_len + block - 1) / block;
@@ -289,7 +295,8 @@ int run(int argc, char** argv) {
     out << "{\"benchmark\":\"cuda-forward\",\"device\":\"" << backend.device_name() << "\",\"model\":\"" << model_dir
         << "\",\"dtype\":\"bf16\",\"weights\":\"" << backend.weights_format()
         << "\",\"decode_weight_bytes\":" << backend.decode_weight_bytes() << ",\"context\":" << context << ",\"copy_bandwidth_gb_s\":" << bandwidth / 1e9
-        << ",\"gemm_bf16_tflops\":" << peak / 1e12 << ",\"load_gb_s\":" << backend.load_stats().gb_per_s()
+        << ",\"gemm_bf16_tflops\":" << peak / 1e12 << ",\"load_gb_s\":" << backend.load_stats().gb_per_s() << ",\"load_s\":" << backend.load_stats().seconds
+        << ",\"load_read_s\":" << backend.load_stats().read_seconds << ",\"load_host_s\":" << backend.load_stats().host_seconds
         << ",\"prefill\":{\"seqs\":" << prefill_seqs << ",\"tokens\":" << prefill_tokens << ",\"ms\":" << prefill_median
         << ",\"tflops\":" << prefill_rate / 1e12 << ",\"fraction_of_gemm\":" << prefill_rate / peak << "},\"decode\":[";
     for (size_t i = 0; i < rows.size(); ++i) {

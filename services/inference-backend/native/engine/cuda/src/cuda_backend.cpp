@@ -7,6 +7,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -366,7 +367,11 @@ struct CudaBackend::Impl {
   // is dense. In fp32, and for a fused weight whose parts differ, the blocks are dequantized
   // exactly and converted to the dtype, as float tensors are.
   void load_gguf(const GgufFile& file) {
+    using Clock = std::chrono::steady_clock;
+    const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+    const auto read_started = Clock::now();
     ModelWeights w = load_gguf_weights(file, config);
+    load.read_seconds = seconds_since(read_started);
     const bool keep_blocks = dtype != DType::kF32;
     const auto format = [&](std::initializer_list<std::string> names) -> std::optional<QuantType> {
       std::optional<QuantType> type;
@@ -403,30 +408,47 @@ struct CudaBackend::Impl {
     const auto floats = [&](const std::vector<float>& v, void* dst) {
       if (!v.empty()) up.convert(v.data(), DType::kF32, int64_t(v.size()), dst);
     };
+    // fn() timed as host work (load.host_seconds).
+    const auto on_host = [&](auto&& fn) {
+      const auto started = Clock::now();
+      auto result = fn();
+      load.host_seconds += seconds_since(started);
+      return result;
+    };
     // A linear weight from its parts (row blocks in order): their blocks concatenated and
     // repacked, or their values one after another.
     const auto linear = [&](const Linear& dst, std::initializer_list<std::pair<std::string, const std::vector<float>*>> parts) {
       if (dst.quantized()) {
-        std::vector<uint8_t> blocks;
-        for (const auto& [name, member] : parts) {
-          (void)member;
-          const QuantMatrix& q = w.quantized.at(name);
-          blocks.insert(blocks.end(), q.data.begin(), q.data.end());
-        }
-        std::vector<uint8_t> gpu(size_t(cuda::quant_gpu_bytes(dst.quant.type, dst.quant.rows, dst.quant.cols)));
-        cuda::quant_repack(dst.quant.type, blocks.data(), dst.quant.rows, dst.quant.cols, gpu.data());
-        up.copy(gpu.data(), int64_t(gpu.size()), const_cast<void*>(dst.quant.data));
+        // One part's blocks are repacked where they are; fused parts are put together first.
+        // The repacked buffer is left uninitialised: quant_repack writes every byte of it.
+        const int64_t bytes = cuda::quant_gpu_bytes(dst.quant.type, dst.quant.rows, dst.quant.cols);
+        const std::unique_ptr<uint8_t[]> gpu = on_host([&] {
+          std::vector<uint8_t> fused;
+          const uint8_t* blocks = w.quantized.at(parts.begin()->first).data.data();
+          if (parts.size() > 1) {
+            for (const auto& [name, member] : parts) {
+              (void)member;
+              const QuantMatrix& q = w.quantized.at(name);
+              fused.insert(fused.end(), q.data.begin(), q.data.end());
+            }
+            blocks = fused.data();
+          }
+          std::unique_ptr<uint8_t[]> packed(new uint8_t[size_t(bytes)]);
+          cuda::quant_repack(dst.quant.type, blocks, dst.quant.rows, dst.quant.cols, packed.get());
+          return packed;
+        });
+        up.copy(gpu.get(), bytes, const_cast<void*>(dst.quant.data));
         return;
       }
       char* at = static_cast<char*>(dst.dense);
       for (const auto& [name, member] : parts) {
-        const std::vector<float> values = dense_values(w, name, *member);
+        const std::vector<float> values = on_host([&] { return dense_values(w, name, *member); });
         up.convert(values.data(), DType::kF32, int64_t(values.size()), at);
         at += values.size() * esize;
       }
     };
     {
-      const std::vector<float> table = dense_values(w, kEmbedName, w.embed_tokens);
+      const std::vector<float> table = on_host([&] { return dense_values(w, kEmbedName, w.embed_tokens); });
       up.convert(table.data(), DType::kF32, int64_t(table.size()), embed);
     }
     if (lm_head.quantized() || lm_head.dense != embed) linear(lm_head, {{head_name, &w.lm_head}});

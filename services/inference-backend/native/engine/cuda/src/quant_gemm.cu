@@ -35,7 +35,9 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "device_common.cuh"
 #include "mma_primitives.cuh"
@@ -664,49 +666,72 @@ int64_t quant_gpu_bytes(QuantType type, int64_t rows, int64_t cols) {
   return ceil_div(rows, kQuantTileRows) * kQuantTileRows * (cols / kBlockValues) * quant_block_size(type);
 }
 
-void quant_repack(QuantType type, const void* blocks, int64_t rows, int64_t cols, void* out) {
-  const int64_t total = quant_gpu_bytes(type, rows, cols);
+void quant_repack(QuantType type, const void* blocks, int64_t rows, int64_t cols, void* out, int threads_wanted) {
+  quant_gpu_bytes(type, rows, cols);  // validates the shape
   const int64_t nb = cols / kBlockValues, tiles = ceil_div(rows, kQuantTileRows);
   const int64_t block_bytes = quant_block_size(type);
   const int lane = lane_bytes(type);
   uint8_t* q = static_cast<uint8_t*>(out);
-  std::memset(q, 0, size_t(total));  // the padding rows: zero quants, zero scales
   uint8_t* d = q + tiles * kQuantTileRows * nb * 4 * lane;
   uint8_t* mins = d + tiles * kQuantTileRows * nb * 2;
   const uint8_t* src = static_cast<const uint8_t*>(blocks);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t tile = r / kQuantTileRows;
-    const int rr = int(r % kQuantTileRows), g = rr % 8, high = rr / 8;
+  // A tile of 16 rows writes its own bytes of each region (quants, scales, mins) and nothing
+  // else, so tiles go to threads; each zeroes its regions first (a last tile's padding rows).
+  const auto repack_tile = [&](int64_t tile) {
     uint8_t* tile_q = q + tile * 64 * nb * lane;
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = src + (r * nb + b) * block_bytes;
-      const int64_t c = b / kQuantChunkBlocks;
-      const int bi = int(b % kQuantChunkBlocks);
-      const int cb = int(std::min<int64_t>(kQuantChunkBlocks, nb - kQuantChunkBlocks * c));
-      const int64_t word = tile * 8 * nb + c * 32 + g * cb + bi;  // the (row g, row g + 8) scale pair
-      std::memcpy(d + (2 * word + high) * 2, blk, 2);
-      if (type == QuantType::Q4_1) std::memcpy(mins + (2 * word + high) * 2, blk + 2, 2);
-      const uint8_t* qs = blk + (type == QuantType::Q4_1 ? 4 : 2);
-      uint8_t* chunk = tile_q + c * 256 * lane;
-      for (int t = 0; t < 4; ++t) {
-        if (type == QuantType::Q8_0) {
-          const int64_t at = cb == kQuantChunkBlocks ? ((int64_t{bi / 2} * 16 + rr) * 4 + t) * 16 + (bi % 2) * 8
-                                                     : ((int64_t{rr} * 4 + t) * cb + bi) * 8;
-          std::memcpy(chunk + at, qs + 8 * t, 8);
-        } else {
-          // Values 8t + i, nibble i of the lane word at position (i % 2) * 4 + i / 2.
-          uint32_t w = 0;
-          for (int i = 0; i < 8; ++i) {
-            const int e = 8 * t + i;
-            const uint32_t nib = e < 16 ? qs[e] & 0xFu : qs[e - 16] >> 4;
-            w |= nib << (4 * ((i % 2) * 4 + i / 2));
+    std::memset(tile_q, 0, size_t(64 * nb * lane));
+    std::memset(d + tile * 32 * nb, 0, size_t(32 * nb));
+    if (type == QuantType::Q4_1) std::memset(mins + tile * 32 * nb, 0, size_t(32 * nb));
+    for (int64_t r = tile * kQuantTileRows; r < std::min(rows, (tile + 1) * kQuantTileRows); ++r) {
+      const int rr = int(r % kQuantTileRows), g = rr % 8, high = rr / 8;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = src + (r * nb + b) * block_bytes;
+        const int64_t c = b / kQuantChunkBlocks;
+        const int bi = int(b % kQuantChunkBlocks);
+        const int cb = int(std::min<int64_t>(kQuantChunkBlocks, nb - kQuantChunkBlocks * c));
+        const int64_t word = tile * 8 * nb + c * 32 + g * cb + bi;  // the (row g, row g + 8) scale pair
+        std::memcpy(d + (2 * word + high) * 2, blk, 2);
+        if (type == QuantType::Q4_1) std::memcpy(mins + (2 * word + high) * 2, blk + 2, 2);
+        const uint8_t* qs = blk + (type == QuantType::Q4_1 ? 4 : 2);
+        uint8_t* chunk = tile_q + c * 256 * lane;
+        for (int t = 0; t < 4; ++t) {
+          if (type == QuantType::Q8_0) {
+            const int64_t at = cb == kQuantChunkBlocks ? ((int64_t{bi / 2} * 16 + rr) * 4 + t) * 16 + (bi % 2) * 8
+                                                       : ((int64_t{rr} * 4 + t) * cb + bi) * 8;
+            std::memcpy(chunk + at, qs + 8 * t, 8);
+          } else {
+            // Values 8t + i, nibble i of the lane word at position (i % 2) * 4 + i / 2.
+            uint32_t w = 0;
+            for (int i = 0; i < 8; ++i) {
+              const int e = 8 * t + i;
+              const uint32_t nib = e < 16 ? qs[e] & 0xFu : qs[e - 16] >> 4;
+              w |= nib << (4 * ((i % 2) * 4 + i / 2));
+            }
+            const int64_t at = ((int64_t{rr} * 4 + t) * cb + bi) * 4;
+            for (int byte = 0; byte < 4; ++byte) chunk[at + byte] = uint8_t(w >> (8 * byte));
           }
-          const int64_t at = ((int64_t{rr} * 4 + t) * cb + bi) * 4;
-          for (int byte = 0; byte < 4; ++byte) chunk[at + byte] = uint8_t(w >> (8 * byte));
         }
       }
     }
+  };
+  // By default at least 1 MB of blocks a thread (a small matrix is not worth a thread's start),
+  // and at most one thread a CPU.
+  const int64_t tile_bytes = kQuantTileRows * nb * block_bytes;
+  const int64_t by_size = std::max<int64_t>(1, tiles * tile_bytes / (int64_t{1} << 20));
+  const int64_t threads =
+      threads_wanted > 0 ? std::min<int64_t>(threads_wanted, tiles)
+                         : std::min<int64_t>({int64_t{std::max(1u, std::thread::hardware_concurrency())}, 64, by_size});
+  if (threads == 1) {
+    for (int64_t tile = 0; tile < tiles; ++tile) repack_tile(tile);
+    return;
   }
+  std::vector<std::thread> pool;
+  for (int64_t t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (int64_t tile = tiles * t / threads; tile < tiles * (t + 1) / threads; ++tile) repack_tile(tile);
+    });
+  }
+  for (std::thread& thread : pool) thread.join();
 }
 
 int64_t quant_gemm_workspace_floats(int32_t m, int32_t n, int32_t k) {

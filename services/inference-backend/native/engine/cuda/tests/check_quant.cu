@@ -344,6 +344,23 @@ void check_refusals() {
                    quant_gpu_bytes(QuantType::Q4_0, 1000, 4096) == 1008 * 128 * 18 &&
                        quant_gpu_bytes(QuantType::Q4_1, 16, 32) == 16 * 20 &&
                        quant_gpu_bytes(QuantType::Q8_0, 17, 64) == 32 * 2 * 34);
+  // The repacking's bytes whatever the thread count: tiles shared among 1, 3 and 8 threads and
+  // by default, into buffers poisoned first (every byte must be written), a last tile partial
+  // (1,000 rows) and a last chunk short (k = 4,064: 127 blocks a row); the default with a
+  // matrix big enough for several threads (2.3 to 4.3 MB).
+  for (QuantType type : {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0}) {
+    const HostQuant h = random_quant(type, 1000, 4064);
+    const size_t bytes = size_t(quant_gpu_bytes(type, h.rows, h.cols));
+    std::vector<uint8_t> one(bytes, 0xA5);
+    quant_repack(type, h.blocks.data(), h.rows, h.cols, one.data(), 1);
+    bool same = true;
+    for (int threads : {3, 8, 0}) {
+      std::vector<uint8_t> many(bytes, uint8_t(0x5A + threads));
+      quant_repack(type, h.blocks.data(), h.rows, h.cols, many.data(), threads);
+      same = same && many == one;
+    }
+    report.add_exact("quant_repack threads", quant_type_name(type), "1000x4064, 1 vs 3, 8 and default threads", same);
+  }
 }
 
 template <typename T>

@@ -1,6 +1,7 @@
 // The quantized GEMM (Q4_0, Q4_1, Q8_0 weights): block decoding, activation quantization by
 // ggml's rule, products against a float64 reference, portable == AVX2 bit for bit, and batch
 // and thread invariance.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -96,6 +97,27 @@ TEST_CASE("quant: dequantize_row decodes each block format exactly") {
   for (int j = 0; j < 16; ++j) CHECK_EQ(out[j], 2.0f * static_cast<float>(j) + 0.5f);
   dequantize_row(QuantType::Q8_0, q8_0, 32, out);
   for (int j = 0; j < 32; ++j) CHECK_EQ(out[j], 2.0f * static_cast<float>(j - 16));
+}
+
+TEST_CASE("quant: dequantize gives every row as dequantize_row does, also where rows go to threads") {
+  std::mt19937 rng(5);
+  for (QuantType type : kTypes) {
+    // 3 rows (one thread) and 2,053 rows of 1,024 (2.1M values: a thread a million where the
+    // machine has the CPUs, so the rows split unevenly).
+    for (int64_t rows : {3, 2053}) {
+      const int64_t k = 1024;
+      const QuantMatrix w = random_matrix(type, rows, k, rng);
+      const std::vector<float> all = dequantize(w);
+      CHECK_EQ(static_cast<int64_t>(all.size()), rows * k);
+      std::vector<float> expect(static_cast<size_t>(k));
+      bool same = true;
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize_row(type, w.row(r), k, expect.data());
+        same = same && std::equal(expect.begin(), expect.end(), all.begin() + r * k);
+      }
+      CHECK(same);
+    }
+  }
 }
 
 TEST_CASE("quant: panels hold every row's blocks; their rows dequantize as the file's do") {

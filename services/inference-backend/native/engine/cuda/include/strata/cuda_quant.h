@@ -49,9 +49,10 @@ int64_t quant_gpu_bytes(QuantType type, int64_t rows, int64_t cols);
 
 // Host only (no CUDA call): `blocks` holds the matrix as the GGUF file does (rows of cols / 32
 // blocks, quant_block_size(type) bytes each); `out` receives quant_gpu_bytes(type, rows, cols)
-// bytes in the GPU layout, ready to copy to the device as they are. Throws CudaError on a bad
-// shape.
-void quant_repack(QuantType type, const void* blocks, int64_t rows, int64_t cols, void* out);
+// bytes in the GPU layout (every byte written), ready to copy to the device as they are. Tiles
+// of 16 rows are shared among `threads` threads (0: one a CPU, at least 1 MB of blocks each);
+// the bytes do not depend on the count. Throws CudaError on a bad shape.
+void quant_repack(QuantType type, const void* blocks, int64_t rows, int64_t cols, void* out, int threads = 0);
 
 // A matrix in the GPU layout, in device memory (16-byte aligned; cudaMalloc gives 256).
 struct QuantWeight {
