@@ -548,7 +548,8 @@ step_backend() {
 # The quantized weights on the GPU: tinystories-656k written as a Q4_0 GGUF file and checked
 # (its blocks on the device against the same weights dequantized, and against the CPU backend),
 # then the Llama-3-8B-shaped model as Q4_0 and Q8_0 files (made once per machine beside it, named
-# by the converter's hash), prefill and decode timed against the roofline of what they hold.
+# by the converter's hash), prefill and decode timed against the roofline of what they hold, and
+# the Q4_0 prefill again with quant_gemm's tiled kernel instead of cuBLAS on dequantized weights.
 step_gguf() {
   local type file tiny=$MODELS/tinystories-656k converter
   converter=$(sha256sum scripts/device/llama3_gguf.py | cut -c1-8)
@@ -568,7 +569,11 @@ step_gguf() {
     fi
     gpu "$BIN/bench_cuda_forward" "$file" "$STRATA_PLAN_BASE-$type.json" --batches 1,8,64 --prefill-seqs 2 || exit 1
   done
-  note "tinystories-656k Q4_0 checked; Llama-3-8B-shaped Q4_0 and Q8_0 timed"
+  # The prefill above runs cuBLAS on the dequantized weights (quant_dense_min_rows); the same
+  # Q4_0 file with every GEMM on quant_gemm, for the comparison.
+  gpu "$BIN/bench_cuda_forward" "$MODEL-Q4_0-$converter.gguf" "$STRATA_PLAN_BASE-Q4_0-tiled.json" --batches 1 \
+    --prefill-seqs 2 --quant-dense-rows 0 || exit 1
+  note "tinystories-656k Q4_0 checked; Llama-3-8B-shaped Q4_0 and Q8_0 timed, Q4_0 also on quant_gemm alone"
 }
 
 step_llama3() {

@@ -67,7 +67,8 @@ def main():
     for key, pattern in (("hf_logits", "*-hf_logits.json"), ("forward", "*-forward.json"),
                          ("hf_generate", "*-hf_generate.json"), ("e2e", "*-e2e.json"),
                          ("bench_attention", "*-bench_attention.json"), ("service", "*-service.json"),
-                         ("gemv", "*-gemv.json"), ("gguf_Q4_0", "*-gguf-Q4_0.json"), ("gguf_Q8_0", "*-gguf-Q8_0.json")):
+                         ("gemv", "*-gemv.json"), ("gguf_Q4_0", "*-gguf-Q4_0.json"), ("gguf_Q8_0", "*-gguf-Q8_0.json"),
+                         ("gguf_Q4_0_tiled", "*-gguf-Q4_0-tiled.json")):
         path = one(a.results, pattern)
         if path:
             run[key] = load(path)

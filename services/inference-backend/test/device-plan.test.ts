@@ -497,6 +497,9 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
         ),
       );
     }
+    expect(log).toMatch(
+      /\/bench_cuda_forward \S+llama3-[0-9a-f]{16}-Q4_0-[0-9a-f]{8}\.gguf \S+-gguf-Q4_0-tiled\.json --batches 1 --prefill-seqs 2 --quant-dense-rows 0\n/,
+    );
     expect(sb.step('gguf').status).toBe('ok');
   });
 

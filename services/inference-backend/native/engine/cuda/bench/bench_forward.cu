@@ -9,7 +9,9 @@
 //     backend's) also run with it off, cuBLAS for every GEMM, alternating with it twice.
 //   bench_cuda_forward <model dir> [out.json] [--context C] [--batches 1,4,8,32,64,128,256] [--prefill-seqs P]
 //                      [--copy-mib 2048] [--gemm-n 8192]   (smaller ceilings: a smoke run, e.g. emulated)
-//                      [--profile prefill|decode:B] [--gemv-rows N]
+//                      [--profile prefill|decode:B] [--gemv-rows N] [--quant-dense-rows N]
+// --quant-dense-rows: CudaBackendOptions::quant_dense_min_rows (0: a GGUF file's GEMMs always on
+// quant_gemm; default the backend's).
 // --profile: for a profiler started with profiling off (ncu --profile-from-start off): only one
 // step is between cudaProfilerStart and cudaProfilerStop, a prefill step of P x C tokens or one
 // sampled decode step of batch B; nothing is timed or written.
@@ -115,6 +117,7 @@ int run(int argc, char** argv) {
   }
   std::string model_dir = argv[1], out_json, profile;
   int32_t context = 1024, prefill_seqs = 8, gemm_n = 8192, gemv_rows = CudaBackendOptions{}.gemv_max_rows;
+  int32_t quant_dense_rows = CudaBackendOptions{}.quant_dense_min_rows;
   size_t copy_mib = 2048;
   std::vector<int32_t> batches = {1, 4, 8, 32, 64, 128, 256};
   for (int i = 2; i < argc; ++i) {
@@ -125,6 +128,7 @@ int run(int argc, char** argv) {
     else if (a == "--copy-mib" && i + 1 < argc) copy_mib = size_t(std::atoll(argv[++i]));
     else if (a == "--profile" && i + 1 < argc) profile = argv[++i];
     else if (a == "--gemv-rows" && i + 1 < argc) gemv_rows = std::atoi(argv[++i]);
+    else if (a == "--quant-dense-rows" && i + 1 < argc) quant_dense_rows = std::atoi(argv[++i]);
     else if (a == "--batches" && i + 1 < argc) {
       batches.clear();
       for (std::string list = argv[++i]; !list.empty();) {
@@ -167,6 +171,7 @@ int run(int argc, char** argv) {
   options.max_batch_tokens = std::max(prefill_seqs * context, max_batch);
   options.max_model_len = context + steps + warm + 1;
   options.gemv_max_rows = gemv_rows;  // the backend refuses a count outside 0..kGemvMaxRows
+  options.quant_dense_min_rows = quant_dense_rows;  // a GGUF file's GEMMs of this many rows: cuBLAS on dequantized weights
   CudaBackend backend(model_dir, options);
   const ModelConfig& c = backend.config();
   std::printf("%s: %d layers, hidden %d, vocab %d, weights %s (%.2f GB a decode step reads); loaded %.2f GB in %.2f s "
@@ -296,6 +301,7 @@ int run(int argc, char** argv) {
         << "\",\"dtype\":\"bf16\",\"weights\":\"" << backend.weights_format()
         << "\",\"decode_weight_bytes\":" << backend.decode_weight_bytes() << ",\"context\":" << context << ",\"copy_bandwidth_gb_s\":" << bandwidth / 1e9
         << ",\"gemm_bf16_tflops\":" << peak / 1e12 << ",\"load_gb_s\":" << backend.load_stats().gb_per_s() << ",\"load_s\":" << backend.load_stats().seconds
+        << ",\"quant_dense_min_rows\":" << quant_dense_rows
         << ",\"load_read_s\":" << backend.load_stats().read_seconds << ",\"load_host_s\":" << backend.load_stats().host_seconds
         << ",\"prefill\":{\"seqs\":" << prefill_seqs << ",\"tokens\":" << prefill_tokens << ",\"ms\":" << prefill_median
         << ",\"tflops\":" << prefill_rate / 1e12 << ",\"fraction_of_gemm\":" << prefill_rate / peak << "},\"decode\":[";

@@ -229,6 +229,10 @@ struct CudaBackend::Impl {
   // row count a step can have), one GEMM at a time.
   DeviceMemory quant_workspace;
   int64_t quant_workspace_floats = 0;
+  // A quantized weight's values for a GEMM of at least options.quant_dense_min_rows rows:
+  // room for the largest but the output projection's, or none.
+  DeviceMemory dense_scratch;
+  int64_t dense_scratch_elems = 0;
   DeviceMemory inv_freq;       // (head_dim / 2) fp32
 
   // Activations, one row per batched token (T = max_batch_tokens, S = max_seqs), in the weight
@@ -305,6 +309,10 @@ struct CudaBackend::Impl {
       throw ModelError(model_error_code::kConfig, "the CUDA backend needs max_batch_tokens, max_seqs and max_model_len > 0");
     }
     check_gemv_rows(options.gemv_max_rows);
+    if (options.quant_dense_min_rows < 0) {
+      throw ModelError(model_error_code::kConfig, "quant_dense_min_rows must be >= 0 (0: never), got " +
+                                                      std::to_string(options.quant_dense_min_rows));
+    }
 
     int count = 0;
     const cudaError_t found = cudaGetDeviceCount(&count);
@@ -574,6 +582,16 @@ struct CudaBackend::Impl {
         most = std::max(most, cuda::quant_gemm_workspace_floats(m, n, k));
     quant_workspace_floats = most;
     quant_workspace = DeviceMemory(size_t(most) * sizeof(float), "the quantized GEMMs' split-k workspace");
+    if (options.quant_dense_min_rows > 0 && options.max_batch_tokens >= options.quant_dense_min_rows) {
+      int64_t largest = 0;
+      for (const CudaLayer& l : layers)
+        for (const Linear* w : {&l.qkv, &l.o_proj, &l.gate_up, &l.down})
+          if (w->quantized()) largest = std::max(largest, int64_t{w->quant.rows} * w->quant.cols);
+      if (largest > 0) {
+        dense_scratch = DeviceMemory(size_t(largest) * esize, "the dequantized weight of a large GEMM");
+        dense_scratch_elems = largest;
+      }
+    }
   }
 
   std::vector<WeightTarget> weight_targets() const {
@@ -742,6 +760,13 @@ struct CudaBackend::Impl {
 
   void gemm_rows(const void* x, int64_t x_stride, const Linear& w, void* y, int64_t y_stride, int64_t m, int64_t n,
                  int64_t k, const void* bias) {
+    if (w.quantized() && options.quant_dense_min_rows > 0 && m >= options.quant_dense_min_rows &&
+        int64_t{w.quant.rows} * w.quant.cols <= dense_scratch_elems) {
+      cuda::quant_dequantize(w.quant, dtype, dense_scratch.as(), stream);
+      gemm->matmul(dtype, x, x_stride, dense_scratch.as(), y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
+      if (bias) cuda::add_bias(dtype, y, y_stride, bias, int32_t(m), int32_t(n), stream);
+      return;
+    }
     if (w.quantized()) {
       cuda::QuantGemmArgs a;
       a.dtype = dtype;

@@ -507,6 +507,47 @@ void launch_gemv(const Params<T>& p, dim3 grid, dim3 block, size_t shared, Strea
   quant_gemv_kernel<Q, T, TM, TN><<<grid, block, shared, stream>>>(p);
 }
 
+// The dense values (quant_dequantize): one thread per (row, block), its 32 values d·q (+ m) in
+// fp32 as the CPU backend's dequantize_row makes them, each rounded once to T, stored 16 bytes
+// at a time. Rows past `rows` (a tile's padding) are not written.
+template <QuantType Q, typename T>
+__global__ void quant_dequantize_kernel(const Params<T> p, T* out, int32_t rows) {
+  constexpr int kLane = lane_bytes(Q);
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= int64_t{rows} * p.nb) return;
+  const int32_t r = int32_t(i / p.nb), b = int32_t(i % p.nb);
+  const int32_t tile = r / kQuantTileRows, rr = r % kQuantTileRows, g = rr % 8, high = rr / 8;
+  const int32_t c = b / kQuantChunkBlocks, bi = b % kQuantChunkBlocks;
+  const int32_t cb = min(kQuantChunkBlocks, p.nb - kQuantChunkBlocks * c);
+  const int64_t word = int64_t{tile} * 8 * p.nb + int64_t{c} * 32 + g * cb + bi;  // (row g, row g + 8) scales
+  const float d = high ? high_half_float(p.d[word]) : low_half_float(p.d[word]);
+  float mn = 0.0f;
+  if constexpr (Q == QuantType::Q4_1) mn = high ? high_half_float(p.mn[word]) : low_half_float(p.mn[word]);
+  const uint8_t* chunk = p.q + int64_t{tile} * 64 * p.nb * kLane + int64_t{c} * 256 * kLane;
+  T* dst = out + int64_t{r} * p.nb * kBlockValues + int64_t{b} * kBlockValues;
+#pragma unroll
+  for (int t = 0; t < 4; ++t) {  // lane t's values 8t .. 8t + 7 of the block
+    float v[8];
+    if constexpr (Q == QuantType::Q8_0) {
+      const int64_t at = cb == kQuantChunkBlocks ? ((int64_t{bi / 2} * 16 + rr) * 4 + t) * 16 + (bi % 2) * 8
+                                                 : ((int64_t{rr} * 4 + t) * cb + bi) * 8;
+      const int8_t* qs = reinterpret_cast<const int8_t*>(chunk + at);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = d * float(qs[e]);
+    } else {
+      // Value e of the lane's eight is the nibble at position (e % 2) * 4 + e / 2.
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(chunk + ((int64_t{rr} * 4 + t) * cb + bi) * 4);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int q = int(w >> (4 * ((e % 2) * 4 + e / 2)) & 0xFu);
+        v[e] = Q == QuantType::Q4_0 ? d * float(q - 8) : d * float(q) + mn;
+      }
+    }
+    *reinterpret_cast<uint4*>(dst + 8 * t) =
+        make_uint4(pack2<T>(v[0], v[1]), pack2<T>(v[2], v[3]), pack2<T>(v[4], v[5]), pack2<T>(v[6], v[7]));
+  }
+}
+
 // Split-K's second pass: y = the splits' partial sums, added in split order, + the epilogue.
 template <typename T>
 __global__ void quant_split_reduce_kernel(const Params<T> p, int32_t splits) {
@@ -732,6 +773,25 @@ void quant_repack(QuantType type, const void* blocks, int64_t rows, int64_t cols
     });
   }
   for (std::thread& thread : pool) thread.join();
+}
+
+void quant_dequantize(const QuantWeight& w, DType dtype, void* out, Stream stream) {
+  require(w.rows > 0 && w.cols > 0 && w.cols % kBlockValues == 0 && w.data != nullptr,
+          "quant_dequantize: the weight needs rows > 0, cols a positive multiple of 32 and data");
+  require(dtype != DType::kF32, "quant_dequantize: bf16 or fp16 output (fp32 weights are dequantized at load)");
+  require(out != nullptr && reinterpret_cast<uintptr_t>(out) % 16 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0,
+          "quant_dequantize: out and the weight must be 16-byte aligned");
+  dispatch_quant(w.type, [&]<QuantType Q>() {
+    dispatch_half(dtype, [&]<typename T>() {
+      QuantGemmArgs a;
+      a.dtype = dtype;
+      a.w = w;
+      const Params<T> p = make_params<T>(a);
+      const int64_t threads = int64_t{w.rows} * (w.cols / kBlockValues);
+      quant_dequantize_kernel<Q, T><<<unsigned(ceil_div(threads, 256)), 256, 0, stream>>>(p, static_cast<T*>(out), w.rows);
+      check_launch("quant_dequantize");
+    });
+  });
 }
 
 int64_t quant_gemm_workspace_floats(int32_t m, int32_t n, int32_t k) {

@@ -419,6 +419,16 @@ void check_quantized(Report& report, const std::filesystem::path& file, const st
   std::string where;
   const bool invariant = batch_invariant(gpu, s, got, &where);
   report.add_exact("gguf batch invariant", "bf16", name + where, invariant);
+  // Steps of 16 rows or more (the prompts') on cuBLAS over the weights dequantized to bf16
+  // (quant_dense_min_rows), against the exact weights; their logits must also differ from the
+  // tiled kernel's (the weights rounded to bf16 there), or the path did not run.
+  options.quant_dense_min_rows = 16;
+  CudaBackend dense(file, options);
+  const Run on_dense = greedy(dense, s);
+  report.add("gguf dense prefill vs dequantized f32", "bf16", name + " (steps of 16+ rows on cuBLAS)",
+             compare(prompt_logits<double>(ref), prompt_logits<float>(on_dense)), 3e-2);
+  report.add_exact("gguf dense prefill ran", "bf16", name + " (its logits differ from the tiled kernel's)",
+                   prompt_logits<float>(on_dense) != prompt_logits<float>(got));
   const Run on_cpu = greedy(cpu, s);
   report.add("gguf dequantized f32 vs cpu", "f32", name + " (cpu: 8-bit activations)",
              compare(prompt_logits<double>(on_cpu), prompt_logits<float>(ref)), 3e-2);

@@ -363,6 +363,27 @@ void check_refusals() {
   }
 }
 
+// quant_dequantize against the host's values (dequantize_row's, as random_quant makes them)
+// rounded to T, element by element exactly; a last tile partial and a last chunk short (37 x
+// 4,064), and a Llama-shaped 256 x 4,096.
+template <typename T>
+void check_dequantize(QuantType type) {
+  for (const auto& [rows, cols] : {std::pair{37, 4064}, std::pair{256, 4096}}) {
+    const HostQuant h = random_quant(type, rows, cols);
+    const DeviceQuant dw(h);
+    DeviceBuffer<T> out(size_t(rows) * cols);
+    quant_dequantize(dw.w, dtype_of<T>(), out.ptr, nullptr);
+    STRATA_CK(cudaDeviceSynchronize());
+    const std::vector<T> got = out.download();
+    size_t wrong = 0;
+    for (size_t i = 0; i < got.size(); ++i) wrong += to_double(got[i]) == to_double(to_dtype<T>(h.values[i])) ? 0 : 1;
+    report.add_exact("quant_dequantize", dtype_name(dtype_of<T>()),
+                     std::string(quant_type_name(type)) + " " + std::to_string(rows) + "x" + std::to_string(cols) +
+                         (wrong ? " (" + std::to_string(wrong) + " values differ)" : ""),
+                     wrong == 0);
+  }
+}
+
 template <typename T>
 void check_type(QuantType type) {
   struct Weight {
@@ -442,6 +463,8 @@ int main() {
   for (QuantType type : {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0}) {
     check_type<__nv_bfloat16>(type);
     check_type<__half>(type);
+    check_dequantize<__nv_bfloat16>(type);
+    check_dequantize<__half>(type);
   }
   return report.finish("check_cuda_quant");
 }

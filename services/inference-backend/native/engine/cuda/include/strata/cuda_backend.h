@@ -44,6 +44,15 @@ struct CudaBackendOptions {
   // different row counts may), so greedy tokens alone and batched can part; 0 keeps every GEMM
   // on cuBLAS.
   int32_t gemv_max_rows = 2;
+  // A GEMM of at least this many rows on a quantized weight (a GGUF file's blocks kept on the
+  // device, bf16/fp16) dequantizes the weight into a scratch matrix (cuda::quant_dequantize)
+  // and multiplies that with cuBLAS, as llama.cpp does for large batches, instead of running
+  // quant_gemm's tiled kernel, which on an H100 took a Llama-3-8B-shaped Q4_0 prefill at 23% of
+  // cuBLAS's bf16 rate. The scratch holds the largest quantized weight but the output
+  // projection (235 MB for Llama-3-8B's fused gate/up in bf16) and is allocated only when the
+  // model has such weights and max_batch_tokens reaches this count; 0 = never. 512 is an
+  // estimate (docs/cuda-notes.md), not yet a GPU measurement.
+  int32_t quant_dense_min_rows = 512;
 };
 
 struct CudaLoadStats {

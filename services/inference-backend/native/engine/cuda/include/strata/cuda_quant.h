@@ -89,6 +89,12 @@ struct QuantGemmArgs {
 // CUDA graph. Throws CudaError on a bad argument or a failed launch.
 void quant_gemm(const QuantGemmArgs& args, Stream stream);
 
+// The matrix's values, dense: `out` (w.rows, w.cols) row-major in dtype (kBF16 or kF16), each
+// d·q (+ m) made in fp32 as the CPU backend's dequantize_row makes it and rounded once to the
+// dtype; out and the weight 16-byte aligned. For GEMMs of many rows, where cuBLAS on the dense
+// values outruns the tiled kernel (CudaBackendOptions::quant_dense_min_rows). Launches on
+// `stream`, no allocation. Throws CudaError on a bad argument or a failed launch.
+void quant_dequantize(const QuantWeight& w, DType dtype, void* out, Stream stream);
 // Floats of workspace that lets quant_gemm split k as it would like for (m, n, k) on the current
 // device (0 when it would not split).
 int64_t quant_gemm_workspace_floats(int32_t m, int32_t n, int32_t k);
