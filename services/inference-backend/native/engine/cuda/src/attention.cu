@@ -112,7 +112,7 @@ struct DecodeParams : PagedParams<T> {
   int32_t max_partitions;  // decode_max_partitions(max_context): the workspace's stride
   float* ws_max;  // (n_seqs, num_heads, max_partitions)
   float* ws_sum;  // same
-  float* ws_out;  // (n_seqs, num_heads, max_partitions, head_dim)
+  float* ws_out;  // (n_seqs, num_heads, max_partitions, head_dim), 16-byte aligned
   // (n_seqs, num_kv_heads) partitions scored so far, or null: the tensor-core kernel's last block
   // of a (sequence, KV head) then merges the partitions itself (and sets its count back to 0)
   // instead of decode_reduce_kernel.
@@ -1137,8 +1137,15 @@ bool supported_head_dim(int32_t head_dim) {
   }
 }
 
+namespace {
+// The workspace holds the partitions' maxima and sums (head_floats each), then their outputs
+// from the next 16-byte boundary: the merge reads those 16 bytes at a time.
+int64_t decode_ws_out_offset(int64_t head_floats) { return (2 * head_floats + 3) / 4 * 4; }
+}  // namespace
+
 int64_t decode_attention_workspace_floats(int32_t n_seqs, int32_t num_heads, int32_t head_dim, int32_t max_context) {
-  return int64_t{n_seqs} * num_heads * decode_max_partitions(max_context) * (2 + head_dim);
+  const int64_t head_floats = int64_t{n_seqs} * num_heads * decode_max_partitions(max_context);
+  return decode_ws_out_offset(head_floats) + head_floats * head_dim;
 }
 
 namespace {
@@ -1202,7 +1209,7 @@ void decode_attention(const DecodeAttentionArgs& a, Stream stream) {
                       max_partitions,
                       a.workspace,
                       a.workspace ? a.workspace + head_floats : nullptr,
-                      a.workspace ? a.workspace + 2 * head_floats : nullptr,
+                      a.workspace ? a.workspace + decode_ws_out_offset(head_floats) : nullptr,
                       nullptr};
     dispatch_head_dim(a.head_dim, [&]<int D>() {
       constexpr int lanes = D / static_cast<int>(16 / sizeof(T));

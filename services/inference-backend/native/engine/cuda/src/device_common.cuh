@@ -6,6 +6,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "strata/cuda_kernels.h"
@@ -62,6 +65,11 @@ __device__ __forceinline__ T silu_times(T gate, T up) {
 template <typename T>
 __device__ __forceinline__ T load_cg(const T* p) {
 #ifdef STRATA_CUDA_EMULATION
+  // A GPU faults on a load not aligned to its size (a float4's 16 bytes); so does the emulation.
+  if (reinterpret_cast<uintptr_t>(p) % alignof(T) != 0) {
+    std::fprintf(stderr, "emulated kernel: misaligned %zu-byte load_cg at %p\n", sizeof(T), static_cast<const void*>(p));
+    std::abort();
+  }
   return *p;
 #else
   return __ldcg(p);

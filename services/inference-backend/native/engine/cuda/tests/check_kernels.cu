@@ -722,6 +722,10 @@ void check_dtype() {
   check_decode<T>(tiny, {1, 2, 16, 17, 100, 511, 512, 513, 0});
   check_decode<T>(KvShape{8, 4, 8, 7, 0}, {1, 6, 7, 8, 600});
   check_decode<T>(KvShape{4, 4, 64, 16, 0}, {64, 1025});
+  // SmolLM2-135M's 9 heads of 64 over 3 KV heads, 3 sequences of up to 3 partitions: 81 floats
+  // of maxima, so the partial outputs after them must be put on a 16-byte boundary for the
+  // merge's 16-byte loads.
+  check_decode<T>(KvShape{9, 3, 64, 16, 0}, {90, 5, 64});
   if constexpr (!std::is_same_v<T, float>) {
     // bf16/fp16 at head_dim 16..128 take the tensor-core kernel above; the CUDA-core kernel on
     // the same cases, and the tensor-core kernel one tile deep (contexts to 1024: 64-token

@@ -136,7 +136,7 @@ struct DecodeAttentionArgs : PagedAttentionArgs {
   const int32_t* context_lens = nullptr; // (n_seqs) keys each query attends to, itself included; 0: out = 0
   int32_t n_seqs = 0;
   int32_t max_context = 0;               // >= every context_lens[i]; sizes the grid (fixed under a CUDA graph)
-  float* workspace = nullptr;            // decode_attention_workspace_floats(...) floats
+  float* workspace = nullptr;            // decode_attention_workspace_floats(...) floats, 16-byte aligned
   DecodeKernel kernel = DecodeKernel::kAuto;
   // The tensor-core kernel's thread blocks per (KV head, sequence) along the context, each
   // scoring every grid_partitions-th partition: 0 = chosen from the batch and the GPU (every
