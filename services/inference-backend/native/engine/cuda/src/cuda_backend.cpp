@@ -490,22 +490,23 @@ struct CudaBackend::Impl {
   // dtype setting names it), e.g. "Q4_1 + bfloat16".
   std::string describe_formats() const {
     std::vector<std::string> types;
-    const auto note = [&](const Linear& l) {
-      if (!l.quantized()) return;
-      const std::string t = quant_type_name(l.quant.type);
+    for (const Linear* l : linears(true)) {
+      if (!l->quantized()) continue;
+      const std::string t = quant_type_name(l->quant.type);
       if (std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
-    };
-    note(lm_head);
-    for (const CudaLayer& l : layers) {
-      note(l.qkv);
-      note(l.o_proj);
-      note(l.gate_up);
-      note(l.down);
     }
     std::sort(types.begin(), types.end());
     std::string out;
     for (const std::string& t : types) out += t + " + ";
     return out + (dtype == DType::kBF16 ? "bfloat16" : dtype == DType::kF16 ? "float16" : "float32");
+  }
+
+  // Every layer's linear weights, then the output projection when `head`.
+  std::vector<const Linear*> linears(bool head) const {
+    std::vector<const Linear*> all;
+    for (const CudaLayer& l : layers) all.insert(all.end(), {&l.qkv, &l.o_proj, &l.gate_up, &l.down});
+    if (head) all.push_back(&lm_head);
+    return all;
   }
 
   // A checkpoint tensor's place on the device: a whole weight, or a row range of a fused one.
@@ -565,16 +566,9 @@ struct CudaBackend::Impl {
   // quant_gemm's split-k workspace: the most any quantized weight asks for at any row count.
   void size_quant_workspace() {
     std::vector<std::pair<int32_t, int32_t>> shapes;
-    const auto add = [&](const Linear& l) {
-      if (l.quantized() && std::find(shapes.begin(), shapes.end(), std::pair(l.quant.rows, l.quant.cols)) == shapes.end())
-        shapes.emplace_back(l.quant.rows, l.quant.cols);
-    };
-    add(lm_head);
-    for (const CudaLayer& l : layers) {
-      add(l.qkv);
-      add(l.o_proj);
-      add(l.gate_up);
-      add(l.down);
+    for (const Linear* l : linears(true)) {
+      const std::pair shape(l->quant.rows, l->quant.cols);
+      if (l->quantized() && std::find(shapes.begin(), shapes.end(), shape) == shapes.end()) shapes.push_back(shape);
     }
     int64_t most = 0;
     for (const auto& [n, k] : shapes)
@@ -584,9 +578,8 @@ struct CudaBackend::Impl {
     quant_workspace = DeviceMemory(size_t(most) * sizeof(float), "the quantized GEMMs' split-k workspace");
     if (options.quant_dense_min_rows > 0 && options.max_batch_tokens >= options.quant_dense_min_rows) {
       int64_t largest = 0;
-      for (const CudaLayer& l : layers)
-        for (const Linear* w : {&l.qkv, &l.o_proj, &l.gate_up, &l.down})
-          if (w->quantized()) largest = std::max(largest, int64_t{w->quant.rows} * w->quant.cols);
+      for (const Linear* w : linears(false))
+        if (w->quantized()) largest = std::max(largest, int64_t{w->quant.rows} * w->quant.cols);
       if (largest > 0) {
         dense_scratch = DeviceMemory(size_t(largest) * esize, "the dequantized weight of a large GEMM");
         dense_scratch_elems = largest;
@@ -760,14 +753,11 @@ struct CudaBackend::Impl {
 
   void gemm_rows(const void* x, int64_t x_stride, const Linear& w, void* y, int64_t y_stride, int64_t m, int64_t n,
                  int64_t k, const void* bias) {
-    if (w.quantized() && options.quant_dense_min_rows > 0 && m >= options.quant_dense_min_rows &&
-        int64_t{w.quant.rows} * w.quant.cols <= dense_scratch_elems) {
-      cuda::quant_dequantize(w.quant, dtype, dense_scratch.as(), stream);
-      gemm->matmul(dtype, x, x_stride, dense_scratch.as(), y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
-      if (bias) cuda::add_bias(dtype, y, y_stride, bias, int32_t(m), int32_t(n), stream);
-      return;
-    }
-    if (w.quantized()) {
+    // A quantized weight of a large GEMM: its values into the scratch, then cuBLAS as for a dense one.
+    const bool dequantized = w.quantized() && options.quant_dense_min_rows > 0 && m >= options.quant_dense_min_rows &&
+                             int64_t{w.quant.rows} * w.quant.cols <= dense_scratch_elems;
+    if (dequantized) cuda::quant_dequantize(w.quant, dtype, dense_scratch.as(), stream);
+    if (w.quantized() && !dequantized) {
       cuda::QuantGemmArgs a;
       a.dtype = dtype;
       a.x = x;
@@ -785,7 +775,8 @@ struct CudaBackend::Impl {
     if (on_gemv(x, x_stride, w, m, n, k))
       cuda::gemv(dtype, x, x_stride, w.dense, y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
     else
-      gemm->matmul(dtype, x, x_stride, w.dense, y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
+      gemm->matmul(dtype, x, x_stride, dequantized ? dense_scratch.as() : w.dense, y, y_stride, int32_t(m), int32_t(n),
+                   int32_t(k), stream);
     if (bias) cuda::add_bias(dtype, y, y_stride, bias, int32_t(m), int32_t(n), stream);
   }
 

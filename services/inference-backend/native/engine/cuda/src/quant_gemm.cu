@@ -35,13 +35,12 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <type_traits>
-#include <vector>
 
 #include "device_common.cuh"
 #include "mma_primitives.cuh"
 #include "strata/cuda_quant.h"
+#include "strata/split_work.h"
 
 namespace strata::cuda {
 
@@ -757,22 +756,11 @@ void quant_repack(QuantType type, const void* blocks, int64_t rows, int64_t cols
   };
   // By default at least 1 MB of blocks a thread (a small matrix is not worth a thread's start),
   // and at most one thread a CPU.
-  const int64_t tile_bytes = kQuantTileRows * nb * block_bytes;
-  const int64_t by_size = std::max<int64_t>(1, tiles * tile_bytes / (int64_t{1} << 20));
   const int64_t threads =
-      threads_wanted > 0 ? std::min<int64_t>(threads_wanted, tiles)
-                         : std::min<int64_t>({int64_t{std::max(1u, std::thread::hardware_concurrency())}, 64, by_size});
-  if (threads == 1) {
-    for (int64_t tile = 0; tile < tiles; ++tile) repack_tile(tile);
-    return;
-  }
-  std::vector<std::thread> pool;
-  for (int64_t t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      for (int64_t tile = tiles * t / threads; tile < tiles * (t + 1) / threads; ++tile) repack_tile(tile);
-    });
-  }
-  for (std::thread& thread : pool) thread.join();
+      threads_wanted > 0 ? threads_wanted : threads_for(tiles * kQuantTileRows * nb * block_bytes, int64_t{1} << 20);
+  split_work(tiles, threads, [&](int64_t first, int64_t last) {
+    for (int64_t tile = first; tile < last; ++tile) repack_tile(tile);
+  });
 }
 
 void quant_dequantize(const QuantWeight& w, DType dtype, void* out, Stream stream) {

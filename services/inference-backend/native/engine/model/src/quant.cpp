@@ -1,10 +1,9 @@
 #include "strata/quant.h"
 
-#include <algorithm>
 #include <cstring>
-#include <thread>
 
 #include "strata/float_convert.h"
+#include "strata/split_work.h"
 
 namespace strata {
 
@@ -58,18 +57,9 @@ std::vector<float> dequantize(const QuantMatrix& m) {
   std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
   // Rows go to threads (a 128k-token embedding table is half a billion values), at least
   // 1M values a thread.
-  const int64_t by_size = std::max<int64_t>(1, m.rows * m.cols >> 20);
-  const int64_t threads = std::min<int64_t>({int64_t{std::max(1u, std::thread::hardware_concurrency())}, 64, by_size});
-  const auto rows = [&](int64_t first, int64_t last) {
+  split_work(m.rows, threads_for(m.rows * m.cols, int64_t{1} << 20), [&](int64_t first, int64_t last) {
     for (int64_t r = first; r < last; ++r) dequantize_row(m.type, m.row(r), m.cols, out.data() + r * m.cols);
-  };
-  if (threads == 1) {
-    rows(0, m.rows);
-    return out;
-  }
-  std::vector<std::thread> pool;
-  for (int64_t t = 0; t < threads; ++t) pool.emplace_back(rows, m.rows * t / threads, m.rows * (t + 1) / threads);
-  for (std::thread& thread : pool) thread.join();
+  });
   return out;
 }
 
