@@ -35,21 +35,21 @@ self=scripts/device/gpu-plan.sh
 # The plan, in order of value, and the extras, run only when named.
 PLAN=(machine build gemm kernels quant sampling backend memcheck llama3 hf_logits forward hf_generate e2e)
 EXTRAS=(profile bench_gemm bench_quant bench_sampling e2e_cpu_sampling memcheck_quant racecheck_quant
-  memcheck_sampling racecheck_sampling service bench_attention gemv gguf)
+  memcheck_sampling racecheck_sampling service bench_attention gemv gguf profile_gguf programmatic)
 # Each step's timeout (s), the least time worth starting it with, and the steps it needs.
 declare -A CAP=([machine]=45 [build]=330 [gemm]=60 [kernels]=90 [quant]=90 [sampling]=150 [backend]=120
   [memcheck]=180 [llama3]=300 [hf_logits]=150 [forward]=180 [hf_generate]=180 [e2e]=180
   [profile]=240 [bench_gemm]=120 [bench_quant]=180 [bench_sampling]=180 [e2e_cpu_sampling]=180 [memcheck_quant]=240
-  [racecheck_quant]=300 [memcheck_sampling]=300 [racecheck_sampling]=300 [service]=240 [bench_attention]=120 [gemv]=150 [gguf]=240)
+  [racecheck_quant]=300 [memcheck_sampling]=300 [racecheck_sampling]=300 [service]=240 [bench_attention]=120 [gemv]=150 [gguf]=240 [profile_gguf]=150 [programmatic]=150)
 declare -A MIN=([machine]=5 [build]=60 [gemm]=15 [kernels]=20 [quant]=20 [sampling]=30 [backend]=20
   [memcheck]=60 [llama3]=60 [hf_logits]=45 [forward]=60 [hf_generate]=60 [e2e]=60
   [profile]=60 [bench_gemm]=30 [bench_quant]=30 [bench_sampling]=30 [e2e_cpu_sampling]=60 [memcheck_quant]=60
-  [racecheck_quant]=60 [memcheck_sampling]=60 [racecheck_sampling]=60 [service]=90 [bench_attention]=30 [gemv]=60 [gguf]=90)
+  [racecheck_quant]=60 [memcheck_sampling]=60 [racecheck_sampling]=60 [service]=90 [bench_attention]=30 [gemv]=60 [gguf]=90 [profile_gguf]=60 [programmatic]=60)
 declare -A NEEDS=([gemm]=build [kernels]=build [quant]=build [sampling]=build [backend]=build
   [memcheck]=build [hf_logits]="build llama3" [forward]="build llama3" [hf_generate]=llama3
   [e2e]="build llama3" [profile]="build llama3" [bench_gemm]=build [bench_quant]=build [bench_sampling]=build
   [e2e_cpu_sampling]="build llama3" [memcheck_quant]=build [racecheck_quant]=build
-  [memcheck_sampling]=build [racecheck_sampling]=build [service]="build llama3" [bench_attention]=build [gemv]="build llama3" [gguf]="build llama3")
+  [memcheck_sampling]=build [racecheck_sampling]=build [service]="build llama3" [bench_attention]=build [gemv]="build llama3" [gguf]="build llama3" [profile_gguf]="build llama3" [programmatic]="build llama3")
 declare -A WHAT=([machine]="GPU, driver, toolkit and tools"
   [build]="the GPU programs for this GPU's arch (or the prebuilt ones)"
   [gemm]="cuBLASLt / cublasGemmEx against float64 (check_cuda_gemm)"
@@ -68,6 +68,8 @@ declare -A WHAT=([machine]="GPU, driver, toolkit and tools"
   [bench_attention]="decode attention alone, CUDA cores against tensor cores (bench_cuda_attention)"
   [gemv]="decode steps of 1 to 8 sequences, the GEMV kernel against cuBLAS (bench_cuda_forward --gemv-rows 8)"
   [gguf]="GGUF Q4_0/Q8_0 on the GPU: tinystories-656k checked (check_cuda_backend), Llama-3-8B-shaped timed (bench_cuda_forward)"
+  [profile_gguf]="ncu: each kernel's time in decode steps of 1 and 64 on the Llama-3-8B-shaped model as Q4_0"
+  [programmatic]="decode steps with programmatic dependent launch against without (bench_cuda_forward --programmatic 1)"
   [e2e_cpu_sampling]="bench_cuda_e2e with the CPU sampler"
   [memcheck_quant]="compute-sanitizer memcheck over check_cuda_quant"
   [racecheck_quant]="compute-sanitizer racecheck over check_cuda_quant"
@@ -404,9 +406,9 @@ run_step() {  # step timeout
   else
     case $name in
       machine) head -n 40 "$base.log" ;;
-      forward | e2e | e2e_cpu_sampling | hf_generate | bench_*) tail -n 15 "$base.log" ;;
+      forward | gemv | programmatic | e2e | e2e_cpu_sampling | hf_generate | bench_*) tail -n 15 "$base.log" ;;
       service) grep -E '^(ready in|service load:|  client:|  /metrics:|target|== |   )' "$base.log" | cut -c1-300 ;;
-      profile) grep -A6 -E '^(prefill|decode-[0-9]+): ' "$base.log" ;;
+      profile | profile_gguf) grep -A6 -E '^(prefill|decode-[0-9]+): ' "$base.log" ;;
       *) { grep -E '^FAIL' "$base.log" | head -10; tail -n 1 "$base.log"; } ;;
     esac
   fi
@@ -472,9 +474,11 @@ step_main() {
     forward) gpu "$BIN/bench_cuda_forward" "$MODEL" "$STRATA_PLAN_BASE.json" ;;
     gemv) gpu "$BIN/bench_cuda_forward" "$MODEL" "$STRATA_PLAN_BASE.json" --gemv-rows 8 --batches 1,2,4,8 --prefill-seqs 2 ;;
     gguf) step_gguf ;;
+    programmatic) gpu "$BIN/bench_cuda_forward" "$MODEL" "$STRATA_PLAN_BASE.json" --programmatic 1 --batches 1,2,8,64 --prefill-seqs 2 ;;
     hf_generate) PYTHONUNBUFFERED=1 gpu python3 scripts/device/hf_generate.py "$MODEL" "$STRATA_PLAN_BASE.json" ;;
     e2e | e2e_cpu_sampling) step_e2e "$name" ;;
-    profile) step_profile ;;
+    profile) profile_model "$MODEL" "${STRATA_PROFILE_PHASES:-decode:1 decode:64 prefill}" ;;
+    profile_gguf) step_profile_gguf ;;
     service) step_service ;;
     bench_gemm | bench_quant | bench_sampling | bench_attention) gpu "$BIN/bench_cuda_${name#bench_}" "$STRATA_PLAN_BASE.json" ;;
     *) echo "no step $name" >&2; exit 2 ;;
@@ -550,9 +554,23 @@ step_backend() {
 # then the Llama-3-8B-shaped model as Q4_0 and Q8_0 files (made once per machine beside it, named
 # by the converter's hash), prefill and decode timed against the roofline of what they hold, and
 # the Q4_0 prefill again with quant_gemm's tiled kernel instead of cuBLAS on dequantized weights.
-step_gguf() {
-  local type file tiny=$MODELS/tinystories-656k converter
+# The Llama-3-8B-shaped model written as a GGUF file of TYPE (llama3_gguf.py), made once per
+# machine (per converter version) and reused; prints its path. Its progress goes to stderr.
+llama3_gguf() {  # type
+  local converter file
   converter=$(sha256sum scripts/device/llama3_gguf.py | cut -c1-8)
+  file=$MODEL-$1-$converter.gguf
+  if [ -s "$file" ]; then
+    echo "reusing $file" >&2
+  else
+    gpu python3 scripts/device/llama3_gguf.py "$MODEL" "$file.part" --type "$1" >&2 || return 1
+    gpu mv "$file.part" "$file" >&2 || return 1
+  fi
+  echo "$file"
+}
+
+step_gguf() {
+  local type file tiny=$MODELS/tinystories-656k
   if [ ! -d "$tiny" ]; then
     note "no $tiny: carry .device-models (scripts/device/prepare-models.sh)"
     exit 77
@@ -560,18 +578,12 @@ step_gguf() {
   gpu python3 scripts/device/llama3_gguf.py "$tiny" "$CACHE/tinystories-656k-Q4_0.gguf" --type Q4_0 || exit 1
   check check_cuda_backend "$CACHE/tinystories-656k-Q4_0.gguf" || exit 1
   for type in Q4_0 Q8_0; do
-    file=$MODEL-$type-$converter.gguf
-    if [ -s "$file" ]; then
-      echo "reusing $file"
-    else
-      gpu python3 scripts/device/llama3_gguf.py "$MODEL" "$file.part" --type "$type" || exit 1
-      gpu mv "$file.part" "$file" || exit 1
-    fi
+    file=$(llama3_gguf "$type") || exit 1
     gpu "$BIN/bench_cuda_forward" "$file" "$STRATA_PLAN_BASE-$type.json" --batches 1,8,64 --prefill-seqs 2 || exit 1
   done
   # The prefill above runs cuBLAS on the dequantized weights (quant_dense_min_rows); the same
   # Q4_0 file with every GEMM on quant_gemm, for the comparison.
-  gpu "$BIN/bench_cuda_forward" "$MODEL-Q4_0-$converter.gguf" "$STRATA_PLAN_BASE-Q4_0-tiled.json" --batches 1 \
+  gpu "$BIN/bench_cuda_forward" "$(llama3_gguf Q4_0)" "$STRATA_PLAN_BASE-Q4_0-tiled.json" --batches 1 \
     --prefill-seqs 2 --quant-dense-rows 0 || exit 1
   note "tinystories-656k Q4_0 checked; Llama-3-8B-shaped Q4_0 and Q8_0 timed, Q4_0 also on quant_gemm alone"
 }
@@ -656,17 +668,24 @@ step_service() {
 
 # Nsight Compute over bench_cuda_forward, once per phase, only its one --profile step recorded:
 # each kernel's duration (clocks as found: METHOD.md says leave them alone), summed by kernel.
-step_profile() {
+profile_model() {  # model phases
   local ncu phase csvs=()
   ncu=$(find_ncu) || { note "no ncu on this machine"; exit 77; }
-  for phase in ${STRATA_PROFILE_PHASES:-decode:1 decode:64 prefill}; do
+  for phase in $2; do
     csvs+=("$STRATA_PLAN_BASE.${phase/:/-}.csv")
     gpu "$ncu" --profile-from-start off --graph-profiling node --clock-control none \
       --metrics gpu__time_duration.sum --csv --print-units base --log-file "${csvs[-1]}" \
-      "$BIN/bench_cuda_forward" "$MODEL" --profile "$phase" --copy-mib 64 --gemm-n 1024 || exit 1
+      "$BIN/bench_cuda_forward" "$1" --profile "$phase" --copy-mib 64 --gemm-n 1024 || exit 1
   done
   dry_run && exit 0
   python3 scripts/device/ncu_summary.py "$STRATA_PLAN_BASE.json" "${csvs[@]}"
+}
+
+# The same profile of the model's Q4_0 GGUF file (made as the gguf step makes it, or reused).
+step_profile_gguf() {
+  local file
+  file=$(llama3_gguf Q4_0) || exit 1
+  profile_model "$file" "${STRATA_PROFILE_PHASES:-decode:1 decode:64}"
 }
 
 case ${1:-} in

@@ -68,15 +68,19 @@ def main():
                          ("hf_generate", "*-hf_generate.json"), ("e2e", "*-e2e.json"),
                          ("bench_attention", "*-bench_attention.json"), ("service", "*-service.json"),
                          ("gemv", "*-gemv.json"), ("gguf_Q4_0", "*-gguf-Q4_0.json"), ("gguf_Q8_0", "*-gguf-Q8_0.json"),
-                         ("gguf_Q4_0_tiled", "*-gguf-Q4_0-tiled.json")):
+                         ("gguf_Q4_0_tiled", "*-gguf-Q4_0-tiled.json"), ("programmatic", "*-programmatic.json")):
         path = one(a.results, pattern)
         if path:
             run[key] = load(path)
-    profile = one(a.results, "*-profile.json")
-    if profile:
+    for step, pattern in (("profile", "*-profile.json"), ("profile_gguf", "*-profile_gguf.json")):
+        profile = one(a.results, pattern)
+        if not profile:
+            continue
         if not a.profile_out:
-            sys.exit("record_run: the call ran a profile; name its file with --profile-out")
-        entry = {"commit": a.commit, "device": device, "command": a.command, **load(profile)}
+            sys.exit(f"record_run: the call ran {step}; name the profiles' file with --profile-out")
+        entry = {"commit": a.commit, "device": device, "command": a.command, "step": step, **load(profile)}
+        if step == "profile_gguf":
+            entry["model"] = "the Llama-3-8B-shaped model as Q4_0 (scripts/device/llama3_gguf.py)"
         profiles = {"profiles": []}
         if os.path.exists(a.profile_out):
             old = load(a.profile_out)
@@ -85,7 +89,7 @@ def main():
         with open(a.profile_out, "w") as f:
             json.dump(profiles, f, indent=1)
             f.write("\n")
-        run["profile"] = os.path.basename(a.profile_out)
+        run[step] = os.path.basename(a.profile_out)
     if a.note:
         run["note"] = a.note
 

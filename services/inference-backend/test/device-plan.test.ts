@@ -463,6 +463,25 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
     }
   });
 
+  it('profiles decode steps of the Q4_0 GGUF copy under ncu, when named', () => {
+    const sb = sandbox();
+    const r = sb.run('--dry-run', 'profile_gguf');
+    expect(r.status, r.stdout + r.stderr).toBe(0);
+    expect(sb.planJson().selected).toEqual(['machine', 'build', 'llama3', 'profile_gguf']);
+    const log = sb.log('profile_gguf');
+    const made =
+      /dry-run: python3 scripts\/device\/llama3_gguf\.py \S+llama3-[0-9a-f]{16} (\S+-Q4_0-[0-9a-f]{8}\.gguf)\.part --type Q4_0\n/.exec(
+        log,
+      );
+    expect(made, log).not.toBeNull();
+    const lines = log.split('\n').filter((l) => l.startsWith('dry-run: ncu '));
+    expect(lines.map((l) => /--profile (\S+)/.exec(l)?.[1])).toEqual(['decode:1', 'decode:64']);
+    for (const line of lines) {
+      expect(line).toContain('--graph-profiling node');
+      expect(line).toContain(`bench_cuda_forward ${made?.[1]} --profile`);
+    }
+  });
+
   it('times the GEMV kernel against cuBLAS at 1 to 8 rows, when named', () => {
     const sb = sandbox();
     const r = sb.run('--dry-run', 'gemv');
@@ -470,6 +489,16 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
     expect(sb.planJson().selected).toEqual(['machine', 'build', 'llama3', 'gemv']);
     expect(sb.log('gemv')).toMatch(
       /dry-run: \S+\/bench_cuda_forward \S+llama3-[0-9a-f]{16} \S+-gemv\.json --gemv-rows 8 --batches 1\\?,2\\?,4\\?,8 --prefill-seqs 2\n/, // %q escapes the commas
+    );
+  });
+
+  it('times decode steps with programmatic launch against without, when named', () => {
+    const sb = sandbox();
+    const r = sb.run('--dry-run', 'programmatic');
+    expect(r.status, r.stdout + r.stderr).toBe(0);
+    expect(sb.planJson().selected).toEqual(['machine', 'build', 'llama3', 'programmatic']);
+    expect(sb.log('programmatic')).toMatch(
+      /dry-run: \S+\/bench_cuda_forward \S+llama3-[0-9a-f]{16} \S+-programmatic\.json --programmatic 1 --batches 1\\?,2\\?,8\\?,64 --prefill-seqs 2\n/,
     );
   });
 

@@ -6,10 +6,13 @@
 //     bandwidth. Two ways: as the engine runs them, greedy sampling on the GPU with only tokens
 //     coming back (forward_sample), and with every row's fp32 logits copied to the host (forward).
 //     Batches of up to gemv_max_rows sequences (the GEMV kernel's: --gemv-rows, default the
-//     backend's) also run with it off, cuBLAS for every GEMM, alternating with it twice.
+//     backend's) also run with it off, cuBLAS for every GEMM, and with it on but RoPE in its own
+//     kernel (gemv_fuse_rope off); alternating twice. With --programmatic 0|1 (the main column's
+//     setting; otherwise the backend's default, and no comparison) every batch also runs with
+//     programmatic launch the other way round.
 //   bench_cuda_forward <model dir> [out.json] [--context C] [--batches 1,4,8,32,64,128,256] [--prefill-seqs P]
 //                      [--copy-mib 2048] [--gemm-n 8192]   (smaller ceilings: a smoke run, e.g. emulated)
-//                      [--profile prefill|decode:B] [--gemv-rows N] [--quant-dense-rows N]
+//                      [--profile prefill|decode:B] [--gemv-rows N] [--quant-dense-rows N] [--programmatic 0|1]
 // --quant-dense-rows: CudaBackendOptions::quant_dense_min_rows (0: a GGUF file's GEMMs always on
 // quant_gemm; default the backend's).
 // --profile: for a profiler started with profiling off (ncu --profile-from-start off): only one
@@ -118,6 +121,7 @@ int run(int argc, char** argv) {
   std::string model_dir = argv[1], out_json, profile;
   int32_t context = 1024, prefill_seqs = 8, gemm_n = 8192, gemv_rows = CudaBackendOptions{}.gemv_max_rows;
   int32_t quant_dense_rows = CudaBackendOptions{}.quant_dense_min_rows;
+  bool programmatic = CudaBackendOptions{}.programmatic_launch, compare_launch_given = false;
   size_t copy_mib = 2048;
   std::vector<int32_t> batches = {1, 4, 8, 32, 64, 128, 256};
   for (int i = 2; i < argc; ++i) {
@@ -129,6 +133,10 @@ int run(int argc, char** argv) {
     else if (a == "--profile" && i + 1 < argc) profile = argv[++i];
     else if (a == "--gemv-rows" && i + 1 < argc) gemv_rows = std::atoi(argv[++i]);
     else if (a == "--quant-dense-rows" && i + 1 < argc) quant_dense_rows = std::atoi(argv[++i]);
+    else if (a == "--programmatic" && i + 1 < argc) {
+      programmatic = std::string(argv[++i]) != "0";
+      compare_launch_given = true;
+    }
     else if (a == "--batches" && i + 1 < argc) {
       batches.clear();
       for (std::string list = argv[++i]; !list.empty();) {
@@ -172,6 +180,7 @@ int run(int argc, char** argv) {
   options.max_model_len = context + steps + warm + 1;
   options.gemv_max_rows = gemv_rows;  // the backend refuses a count outside 0..kGemvMaxRows
   options.quant_dense_min_rows = quant_dense_rows;  // a GGUF file's GEMMs of this many rows: cuBLAS on dequantized weights
+  options.programmatic_launch = programmatic;
   CudaBackend backend(model_dir, options);
   const ModelConfig& c = backend.config();
   std::printf("%s: %d layers, hidden %d, vocab %d, weights %s (%.2f GB a decode step reads); loaded %.2f GB in %.2f s "
@@ -241,6 +250,8 @@ int run(int argc, char** argv) {
     int32_t batch;
     double ms, host_logits_ms, roofline_ms;
     double cublas_ms;  // the same step with the GEMV kernel off (batches it serves), else 0
+    double rope_apart_ms;  // the same step with the GEMV but rope_write_kv apart, else 0
+    double other_launch_ms;  // the same step with programmatic launch the other way round, else 0
   };
   // warm + steps decode steps of batch b from position context; each step's time into ms
   // (sampled) and host_ms (logits to the host).
@@ -275,23 +286,34 @@ int run(int argc, char** argv) {
       if (step >= warm) host_ms.push_back(now_ms() - t0);
     }
   };
-  // Batches the GEMV kernel serves run twice more with it off (cuBLAS for every GEMM), the two
-  // alternating: GEMV, cuBLAS, GEMV, cuBLAS (each switch captures the graphs again).
+  // With --programmatic, every batch runs twice more with it the other way round; batches the GEMV
+  // kernel serves also twice with it off (cuBLAS for every GEMM) and twice with RoPE apart;
+  // alternating: main, other launch, RoPE apart, cuBLAS, main, ... (each switch captures the
+  // graphs again).
   std::vector<Row> rows;
   for (int32_t b : batches) {
-    std::vector<double> ms, host_ms, cublas_ms, cublas_host_ms;
+    std::vector<double> ms, host_ms, cublas_ms, cublas_host_ms, apart_ms, apart_host_ms, other_ms, other_host_ms;
     const bool compare_cublas = b <= gemv_rows && profile_batch == 0;
-    for (int round = 0; round < (compare_cublas ? 2 : 1); ++round) {
-      if (compare_cublas) backend.set_gemv_max_rows(gemv_rows);
+    const bool compare_launch = compare_launch_given && profile_batch == 0;
+    for (int round = 0; round < (compare_launch || compare_cublas ? 2 : 1); ++round) {
+      backend.set_step_kernels(gemv_rows, true, programmatic);
       decode_steps(b, ms, host_ms);
+      if (compare_launch) {
+        backend.set_step_kernels(gemv_rows, true, !programmatic);
+        decode_steps(b, other_ms, other_host_ms);
+      }
       if (!compare_cublas) continue;
-      backend.set_gemv_max_rows(0);
+      backend.set_step_kernels(gemv_rows, false, programmatic);
+      decode_steps(b, apart_ms, apart_host_ms);
+      backend.set_step_kernels(0, true, programmatic);
       decode_steps(b, cublas_ms, cublas_host_ms);
     }
-    if (compare_cublas) backend.set_gemv_max_rows(gemv_rows);
+    backend.set_step_kernels(gemv_rows, true, programmatic);
     const double bytes = weight_bytes + double(b) * (context + warm + steps / 2) * kv_bytes_per_token;
     rows.push_back({b, sampled ? median(ms) : median(host_ms), median(host_ms), bytes / bandwidth * 1e3,
-                    compare_cublas ? median(sampled ? cublas_ms : cublas_host_ms) : 0.0});
+                    compare_cublas ? median(sampled ? cublas_ms : cublas_host_ms) : 0.0,
+                    compare_cublas ? median(sampled ? apart_ms : apart_host_ms) : 0.0,
+                    compare_launch ? median(sampled ? other_ms : other_host_ms) : 0.0});
   }
   if (profile_batch > 0) return 0;
 
@@ -311,9 +333,12 @@ int run(int argc, char** argv) {
           << ",\"roofline_ms\":" << rows[i].roofline_ms << ",\"fraction_of_roofline\":" << rows[i].roofline_ms / rows[i].ms
           << ",\"tokens_per_s\":" << rows[i].batch / (rows[i].ms / 1e3);
       if (rows[i].cublas_ms > 0) out << ",\"cublas_ms\":" << rows[i].cublas_ms;
+      if (rows[i].rope_apart_ms > 0) out << ",\"rope_apart_ms\":" << rows[i].rope_apart_ms;
+      if (rows[i].other_launch_ms > 0)
+        out << (programmatic ? ",\"plain_launch_ms\":" : ",\"programmatic_ms\":") << rows[i].other_launch_ms;
       out << "}";
     }
-    out << "],\"gemv_max_rows\":" << gemv_rows << ",\"decode_sampled_on_gpu\":" << (sampled ? "true" : "false")
+    out << "],\"gemv_max_rows\":" << gemv_rows << ",\"programmatic_launch\":" << (programmatic ? "true" : "false") << ",\"decode_sampled_on_gpu\":" << (sampled ? "true" : "false")
         << ",\"graph_steps\":" << backend.graph_steps() << ",\"eager_steps\":" << backend.eager_steps() << "}\n";
   }
 
@@ -322,19 +347,30 @@ int run(int argc, char** argv) {
               context, prefill_median, prefill_rate / 1e12, 100.0 * prefill_rate / peak);
   std::printf("decode: %s; \"+ host logits\": the same step with every row's fp32 logits copied to the host\n",
               sampled ? "greedy sampling on the GPU, as the engine runs it" : "logits to the host (no GPU sampler)");
-  std::printf("%6s %10s %12s %10s %10s %16s %14s\n", "batch", "step ms", "roofline ms", "fraction", "tok/s",
-              "+ host logits ms", "cuBLAS only ms");
+  std::printf("%6s %10s %12s %10s %10s %16s %14s %14s %14s\n", "batch", "step ms", "roofline ms", "fraction", "tok/s",
+              "+ host logits ms", programmatic ? "plain launch ms" : "programmatic ms", "cuBLAS only ms",
+              "RoPE apart ms");
   for (const Row& r : rows) {
     std::printf("%6d %10.3f %12.3f %9.0f%% %10.0f %16.3f", r.batch, r.ms, r.roofline_ms, 100.0 * r.roofline_ms / r.ms,
                 r.batch / (r.ms / 1e3), r.host_logits_ms);
-    if (r.cublas_ms > 0) std::printf(" %10.3f %3.0f%%\n", r.cublas_ms, 100.0 * r.roofline_ms / r.cublas_ms);
-    else std::printf(" %14s\n", "-");
+    if (r.other_launch_ms > 0) std::printf(" %10.3f %3.0f%%", r.other_launch_ms, 100.0 * r.roofline_ms / r.other_launch_ms);
+    else std::printf(" %14s", "-");
+    if (r.cublas_ms > 0)
+      std::printf(" %10.3f %3.0f%% %10.3f %3.0f%%\n", r.cublas_ms, 100.0 * r.roofline_ms / r.cublas_ms, r.rope_apart_ms,
+                  100.0 * r.roofline_ms / r.rope_apart_ms);
+    else std::printf(" %14s %14s\n", "-", "-");
   }
   if (gemv_rows > 0)
-    std::printf("(GEMMs of up to %d rows on the GEMV kernel; \"cuBLAS only\": the same steps with it off, alternating)\n",
+    std::printf("(GEMMs of up to %d rows on the GEMV kernel, RoPE inside the q/k/v one; \"cuBLAS only\": the same steps "
+                "with it off; \"RoPE apart\": with rope_write_kv after the GEMV; alternating)\n",
                 gemv_rows);
   else
     std::printf("(every dense GEMM on cuBLAS: the GEMV kernel is off, --gemv-rows N compares it)\n");
+  if (compare_launch_given)
+    std::printf("(programmatic launch %s in the main column, %s in \"%s\")\n", programmatic ? "on" : "off",
+                programmatic ? "off" : "on", programmatic ? "plain launch ms" : "programmatic ms");
+  else
+    std::printf("(programmatic launch %s; --programmatic 0|1 compares it)\n", programmatic ? "on" : "off");
   std::printf("(targets: >= 85%% of the roofline at batch 1, >= 70%% at batch 64; %lld graph / %lld eager steps)\n",
               static_cast<long long>(backend.graph_steps()), static_cast<long long>(backend.eager_steps()));
   return 0;

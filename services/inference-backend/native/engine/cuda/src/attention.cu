@@ -364,6 +364,8 @@ __device__ void write_zeros(const DecodeParams<T>& p, int32_t seq, int32_t head)
 template <typename T, int D>
 __global__ void __launch_bounds__(kDecodeThreads) decode_reduce_kernel(DecodeParams<T> p) {
   extern __shared__ float weights[];  // (max_partitions, rounded up to 4) the partitions' weights
+  grid_dependency_wait();
+  grid_dependents_launch();
   const int32_t seq = blockIdx.y, head = blockIdx.x;
   const int32_t context = min(p.context_lens[seq], p.max_context);
   if (context <= 0) {  // nothing to attend to: a padding row
@@ -406,6 +408,8 @@ __global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<
   constexpr int kRowChunks = D / kVec;
   constexpr int kTileElems = kDmKeys * kStride;
   extern __shared__ float4 dm_smem4[];
+  grid_dependency_wait();
+  grid_dependents_launch();
 
   DecodeBlock blk{};
   if (!blk.init(p)) {  // a padding row: with no reduce kernel after this one, its zeros are written here
@@ -1230,8 +1234,8 @@ void decode_attention(const DecodeAttentionArgs& a, Stream stream) {
                 sizeof(float) * ((size_t(max_partitions) * (a.num_heads / a.num_kv_heads) + 3) / 4 * 4);
             if (a.counters != nullptr && weights_bytes <= decode_mma_shared_bytes<T, D>(stages))
               p.counters = a.counters;
-            decode_mma_kernel<T, D><<<mma_grid, kDmWarps * 32, decode_mma_shared_bytes<T, D>(stages), stream>>>(p, stages);
-            check_launch("decode_attention (tensor cores)");
+            launch_programmatic("decode_attention (tensor cores)", decode_mma_kernel<T, D>, mma_grid,
+                                dim3(kDmWarps * 32), decode_mma_shared_bytes<T, D>(stages), stream, p, stages);
             if (p.counters != nullptr) return;  // the last block of each (sequence, KV head) merged
           }
         } else if (a.num_heads / a.num_kv_heads <= 4) {
@@ -1245,8 +1249,8 @@ void decode_attention(const DecodeAttentionArgs& a, Stream stream) {
         // (seen in the sm_90 SASS), past the last partition. The GPU does not fault on that, but
         // compute-sanitizer's memcheck reports it as an out-of-bounds shared read.
         const size_t weights_bytes = sizeof(float) * ((size_t(max_partitions) + 3) / 4 * 4);
-        decode_reduce_kernel<T, D><<<dim3(a.num_heads, a.n_seqs), kDecodeThreads, weights_bytes, stream>>>(p);
-        check_launch("decode_attention (reduce)");
+        launch_programmatic("decode_attention (reduce)", decode_reduce_kernel<T, D>, dim3(a.num_heads, a.n_seqs),
+                            dim3(kDecodeThreads), weights_bytes, stream, p);
       } else {
         throw CudaError("decode_attention: head_dim " + std::to_string(D) + " in " + dtype_name(a.dtype) +
                         " is not 1 to 32 16-byte vectors");

@@ -214,6 +214,7 @@ struct CudaBackend::Impl {
   CudaLoadStats load;
   std::string device;
   int32_t sm_count = 0;
+  int32_t cc_major = 0;  // compute capability: programmatic launch needs 9 (sm_90)
 
   int64_t hidden = 0, q_dim = 0, kv_dim = 0, qkv_dim = 0, inter = 0, vocab = 0;
   int32_t max_len = 0, max_blocks_per_seq = 0;
@@ -330,6 +331,7 @@ struct CudaBackend::Impl {
     cuda::check(cudaGetDeviceProperties(&prop, options.device), "cudaGetDeviceProperties");
     device = prop.name;
     sm_count = prop.multiProcessorCount;
+    cc_major = prop.major;
     cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     gemm = std::make_unique<cuda::Gemm>();
 
@@ -902,6 +904,7 @@ struct CudaBackend::Impl {
   // layers, leave the wanted rows' fp32 logits in device_logits(). Nothing here allocates or
   // synchronises, so the same call records a CUDA graph under capture.
   void enqueue(const StepShape& shape) {
+    const cuda::ProgrammaticLaunch programmatic(options.programmatic_launch && cc_major >= 9);
     int32_t* d = step_ints.as<int32_t>();
     cuda::check(cudaMemcpyAsync(d, step_host.as(), shape.ints * sizeof(int32_t), cudaMemcpyHostToDevice, stream),
                 "copying the step's inputs");
@@ -917,8 +920,6 @@ struct CudaBackend::Impl {
       // The previous layer's MLP output joins the residual stream here, fused with this norm.
       cuda::add_rms_norm(dtype, res, l == 0 ? nullptr : proj.as(), w.input_norm, normed.as(), tokens, int32_t(hidden),
                          config.rms_norm_eps, stream);
-      gemm_rows(normed.as(), hidden, w.qkv, qkv.as(), qkv_dim, tokens, qkv_dim, hidden, w.qkv_bias);
-
       cuda::RopeKvArgs rope;
       rope.dtype = dtype;
       rope.q = qkv.as();
@@ -937,7 +938,14 @@ struct CudaBackend::Impl {
       rope.num_kv_heads = config.num_kv_heads;
       rope.head_dim = config.head_dim;
       rope.block_size = block_size;
-      cuda::rope_write_kv(rope, stream);
+      // On the GEMV kernel with no bias, RoPE and the K/V cache write ride in the projection's
+      // own launch (the same bytes as the two kernels below).
+      if (options.gemv_fuse_rope && !w.qkv_bias && on_gemv(normed.as(), hidden, w.qkv, tokens, qkv_dim, hidden)) {
+        cuda::gemv_qkv_rope(rope, normed.as(), hidden, w.qkv.dense, int32_t(hidden), stream);
+      } else {
+        gemm_rows(normed.as(), hidden, w.qkv, qkv.as(), qkv_dim, tokens, qkv_dim, hidden, w.qkv_bias);
+        cuda::rope_write_kv(rope, stream);
+      }
 
       // Decode rows come first, then the prefill slices' rows, each with its own block tables.
       cuda::PagedAttentionArgs paged;
@@ -1329,11 +1337,13 @@ std::string CudaBackend::device_name() const { return impl_->device; }
 
 cuda::DType CudaBackend::dtype() const { return impl_->dtype; }
 
-void CudaBackend::set_gemv_max_rows(int32_t rows) {
+void CudaBackend::set_step_kernels(int32_t gemv_max_rows, bool gemv_fuse_rope, bool programmatic_launch) {
   Impl& m = *impl_;
-  check_gemv_rows(rows);
+  check_gemv_rows(gemv_max_rows);
   cuda::check(cudaSetDevice(m.options.device), "cudaSetDevice");
-  m.options.gemv_max_rows = rows;
+  m.options.gemv_max_rows = gemv_max_rows;
+  m.options.gemv_fuse_rope = gemv_fuse_rope;
+  m.options.programmatic_launch = programmatic_launch;
   if (m.num_blocks > 0) {
     m.destroy_graphs();
     m.capture_graphs();

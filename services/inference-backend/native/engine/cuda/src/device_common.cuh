@@ -61,6 +61,56 @@ __device__ __forceinline__ T silu_times(T gate, T up) {
   return from_float<T>(act * to_float(up));
 }
 
+// RoPE's rotation of the pair (a, b) = (x[i], x[i + head_dim / 2]): a*c - b*s and b*c + a*s,
+// without FMA contraction: in fp32 mode the CPU backend computes the same products and sums
+// rounded one by one (-ffp-contract=off), and greedy tokens are compared.
+__device__ __forceinline__ float rotate_lo(float a, float b, float c, float s) {
+  return __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+}
+__device__ __forceinline__ float rotate_hi(float a, float b, float c, float s) {
+  return __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+}
+
+// The cosine and sine of pair i at `position`, as the CPU backend and transformers take them:
+// the angle a float product, its cosine and sine in double, each rounded once.
+__device__ __forceinline__ void rope_cos_sin(int32_t position, float inv_freq, float& c, float& s) {
+  const float angle = static_cast<float>(position) * inv_freq;
+  double sd, cd;
+  sincos(static_cast<double>(angle), &sd, &cd);
+  c = static_cast<float>(cd);
+  s = static_cast<float>(sd);
+}
+
+// What RoPE and the K/V cache write need besides the activations (rope_write_kv, gemv_qkv_rope).
+template <typename T>
+struct RopeCacheParams {
+  const int32_t* positions;
+  const int32_t* slots;
+  const float* inv_freq;
+  T* k_cache;
+  T* v_cache;
+  int32_t num_heads, num_kv_heads, head_dim, block_size;
+};
+
+// Those of `a`, checked: CudaError naming `what` unless head_dim is even and every count > 0.
+template <typename T>
+RopeCacheParams<T> rope_cache_params(const RopeKvArgs& a, const char* what) {
+  if (a.head_dim <= 0 || a.head_dim % 2 != 0 || a.num_heads <= 0 || a.num_kv_heads <= 0 || a.block_size <= 0 ||
+      a.n_tokens < 0) {
+    throw CudaError(std::string(what) + ": needs an even head_dim > 0, heads > 0, block_size > 0 and n_tokens >= 0 (head_dim " +
+                    std::to_string(a.head_dim) + ")");
+  }
+  return {a.positions, a.slots, a.inv_freq, static_cast<T*>(a.k_cache), static_cast<T*>(a.v_cache), a.num_heads,
+          a.num_kv_heads, a.head_dim, a.block_size};
+}
+
+// Where (slot, kv_head)'s head_dim values start in one layer's K or V cache.
+template <typename T>
+__device__ __forceinline__ T* cache_row(const RopeCacheParams<T>& p, T* cache, int32_t slot, int32_t kv_head) {
+  const int64_t block = slot / p.block_size, offset = slot % p.block_size;
+  return cache + ((block * p.num_kv_heads + kv_head) * p.block_size + offset) * p.head_dim;
+}
+
 // A global load past L1 (ld.global.cg): for data other blocks wrote during this kernel.
 template <typename T>
 __device__ __forceinline__ T load_cg(const T* p) {
@@ -93,6 +143,51 @@ __device__ __forceinline__ uint4 load_weights16(const void* p) {
   }
   return v;
 #endif
+}
+
+// Programmatic dependent launch, the device side (strata/cuda_kernels.h, ProgrammaticLaunch):
+// grid_dependency_wait() returns once the kernel before this one in the stream has completed
+// and its writes are visible (at once when this kernel was launched without the attribute);
+// grid_dependents_launch() lets the next kernel be scheduled once every block of this one has
+// called it or exited. Both are no-ops before sm_90 and in the emulation, which runs kernels one
+// after another.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// A hint that p's 128-byte line will be read soon: into L2, not L1 (weights, before the wait).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+  (void)p;
+#endif
+}
+
+// Launches kernel(args...) on grid x block threads with `shared` bytes of dynamic shared memory
+// on `stream`, with programmatic stream serialization when programmatic_launch() is on: only for kernels that call grid_dependency_wait() before they read
+// or write anything an earlier kernel touches.
+template <typename... Params, typename... Args>
+void launch_programmatic(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                         Stream stream, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1] = {};
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = programmatic_launch() ? 1 : 0;
+  check(cudaLaunchKernelEx(&config, kernel, args...), name);
 }
 
 // Calls f.template operator()<T>() with T the element type of `dtype`.

@@ -32,6 +32,14 @@ void check(int err, const char* what) {
   }
 }
 
+namespace {
+thread_local bool t_programmatic = false;
+}  // namespace
+
+ProgrammaticLaunch::ProgrammaticLaunch(bool on) : previous_(t_programmatic) { t_programmatic = on; }
+ProgrammaticLaunch::~ProgrammaticLaunch() { t_programmatic = previous_; }
+bool programmatic_launch() { return t_programmatic; }
+
 void check_launch(const char* kernel) {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw CudaError(std::string("launching ") + kernel + ": " + cudaGetErrorString(err));
@@ -72,6 +80,8 @@ template <typename T>
 __global__ void add_rms_norm_kernel(float* __restrict__ residual, const T* __restrict__ x, const T* __restrict__ weight,
                                     T* __restrict__ out, int32_t hidden, float eps) {
   __shared__ float scratch[32];
+  grid_dependency_wait();
+  grid_dependents_launch();
   const int64_t row = blockIdx.x;
   float* r = residual + row * hidden;
   const T* xr = x != nullptr ? x + row * hidden : nullptr;
@@ -229,10 +239,10 @@ void add_rms_norm(DType dtype, float* residual, const void* x, const void* weigh
   require(hidden > 0 && n_tokens >= 0, "add_rms_norm: hidden must be > 0 and n_tokens >= 0");
   if (n_tokens == 0) return;
   dispatch_dtype(dtype, [&]<typename T>() {
-    add_rms_norm_kernel<T><<<n_tokens, row_threads(hidden), 0, stream>>>(
-        residual, static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<T*>(out), hidden, eps);
+    launch_programmatic("add_rms_norm", add_rms_norm_kernel<T>, dim3(n_tokens), dim3(row_threads(hidden)), 0, stream,
+                        residual, static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<T*>(out), hidden,
+                        eps);
   });
-  check_launch("add_rms_norm");
 }
 
 void silu_mul(DType dtype, const void* gate_up, void* out, int32_t n_tokens, int32_t intermediate, Stream stream) {

@@ -44,25 +44,11 @@ union Pack16 {
   T v[kVec];
 };
 
-// n: rows of y's output; the weight has n rows, or 2n when Gated (gate rows, then up rows).
-template <typename T, int M, bool Gated>
-__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const T* __restrict__ x, int64_t x_stride,
-                                                            const T* __restrict__ w, T* __restrict__ y,
-                                                            int64_t y_stride, int32_t n, int32_t k) {
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int32_t warp = static_cast<int32_t>(blockIdx.x) * kWarps + static_cast<int32_t>(threadIdx.x >> 5);
-  const int32_t row0 = Gated ? warp : warp * kRows;  // the first output this warp writes
-  if (row0 >= n) return;  // whole warps leave: no shuffle below waits for them
-  const T* rows[kRows];
-  if constexpr (Gated) {
-    static_assert(kRows == 2, "a gated warp owns one gate row and its up row");
-    rows[0] = w + static_cast<int64_t>(row0) * k;
-    rows[1] = w + static_cast<int64_t>(n + row0) * k;
-  } else {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) rows[r] = w + static_cast<int64_t>(min(row0 + r, n - 1)) * k;  // past n: not written
-  }
-  float acc[kRows][M];
+// The products of kRows rows of w (rows[r], k long) with M rows of x, summed in k order per lane
+// and then across the warp in a fixed butterfly: every lane gets every sum.
+template <typename T, int M>
+__device__ __forceinline__ void warp_dot_rows(const T* __restrict__ x, int64_t x_stride, const T* const (&rows)[kRows],
+                                              int32_t k, int lane, float (&acc)[kRows][M]) {
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
@@ -98,6 +84,47 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const T* __restrict__
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int t = 0; t < M; ++t) acc[r][t] = warp_sum(acc[r][t]);
+}
+
+// Under a programmatic launch (strata/cuda_kernels.h) the weights do not depend on the kernel
+// before, so a warp asks for the lines of its rows' first round of loads into L2 before it waits
+// for that kernel; then it lets the next kernel be scheduled. Without one the wait returns at once.
+template <typename T>
+__device__ __forceinline__ void prefetch_then_wait(const T* const (&rows)[kRows], int32_t k, int lane) {
+  if ((lane & 7) == 0) {  // 8 lanes' 16-byte loads share a 128-byte line
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int32_t col = lane * kVec + u * kSpan;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        if (col < k) prefetch_l2(rows[r] + col);
+    }
+  }
+  grid_dependency_wait();
+  grid_dependents_launch();
+}
+
+// n: rows of y's output; the weight has n rows, or 2n when Gated (gate rows, then up rows).
+template <typename T, int M, bool Gated>
+__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const T* __restrict__ x, int64_t x_stride,
+                                                            const T* __restrict__ w, T* __restrict__ y,
+                                                            int64_t y_stride, int32_t n, int32_t k) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int32_t warp = static_cast<int32_t>(blockIdx.x) * kWarps + static_cast<int32_t>(threadIdx.x >> 5);
+  const int32_t row0 = Gated ? warp : warp * kRows;  // the first output this warp writes
+  if (row0 >= n) return;  // whole warps leave: no shuffle below waits for them
+  const T* rows[kRows];
+  if constexpr (Gated) {
+    static_assert(kRows == 2, "a gated warp owns one gate row and its up row");
+    rows[0] = w + static_cast<int64_t>(row0) * k;
+    rows[1] = w + static_cast<int64_t>(n + row0) * k;
+  } else {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) rows[r] = w + static_cast<int64_t>(min(row0 + r, n - 1)) * k;  // past n: not written
+  }
+  prefetch_then_wait(rows, k, lane);
+  float acc[kRows][M];
+  warp_dot_rows<T, M>(x, x_stride, rows, k, lane, acc);
   if constexpr (Gated) {
     // Lane t writes (row0, t).
 #pragma unroll
@@ -113,14 +140,83 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const T* __restrict__
   }
 }
 
+// The q/k/v projection with RoPE and the K/V cache write (gemv_qkv_rope). The weight's rows are
+// q's heads, then k's, then v's, head_dim each. The first (heads + kv_heads) * head_dim / 2 warps
+// own a rotated pair: rows h*head_dim + i and h*head_dim + i + head_dim/2 of head h (q's heads,
+// then k's: their rows follow on); the rest own two consecutive rows of v. Each output is
+// rounded to the dtype and then rotated in fp32 and rounded again, as gemv and rope_write_kv do
+// it in two kernels. y keeps what those leave: q rotated, k and v as projected.
+template <typename T>
+struct QkvRopeParams : RopeCacheParams<T> {
+  T* y;
+  int64_t y_stride;
+};
+
+template <typename T, int M>
+__global__ void __launch_bounds__(kWarps * 32) gemv_qkv_rope_kernel(const T* __restrict__ x, int64_t x_stride,
+                                                                     const T* __restrict__ w, QkvRopeParams<T> p,
+                                                                     int32_t k) {
+  static_assert(kRows == 2, "a warp owns one rotated pair, or two rows of v");
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int32_t warp = static_cast<int32_t>(blockIdx.x) * kWarps + static_cast<int32_t>(threadIdx.x >> 5);
+  const int32_t half = p.head_dim / 2;
+  const int32_t pair_warps = (p.num_heads + p.num_kv_heads) * half;
+  const int32_t v_row0 = (p.num_heads + p.num_kv_heads) * p.head_dim;  // v's first row
+  const int32_t n = v_row0 + p.num_kv_heads * p.head_dim;
+  const bool rotated = warp < pair_warps;
+  const int32_t head = warp / half, i = warp % half;
+  const int32_t row0 = rotated ? head * p.head_dim + i : v_row0 + (warp - pair_warps) * kRows;
+  const int32_t row1 = rotated ? row0 + half : row0 + 1;
+  if (row0 >= n) return;  // whole warps leave: no shuffle below waits for them
+  const T* rows[kRows] = {w + static_cast<int64_t>(row0) * k, w + static_cast<int64_t>(row1) * k};
+  prefetch_then_wait(rows, k, lane);
+  float acc[kRows][M];
+  warp_dot_rows<T, M>(x, x_stride, rows, k, lane, acc);
+
+#pragma unroll
+  for (int t = 0; t < M; ++t) {
+    if (lane != t) continue;  // lane t writes token t's outputs
+    const T a = from_float<T>(acc[0][t]), b = from_float<T>(acc[1][t]);
+    T* y = p.y + t * p.y_stride;
+    const int32_t slot = p.slots[t];  // negative: a padding row, nothing goes into the cache
+    if (rotated) {
+      float c, s;
+      rope_cos_sin(p.positions[t], p.inv_freq[i], c, s);
+      const T lo = from_float<T>(rotate_lo(to_float(a), to_float(b), c, s));
+      const T hi = from_float<T>(rotate_hi(to_float(a), to_float(b), c, s));
+      if (head < p.num_heads) {
+        y[row0] = lo;
+        y[row1] = hi;
+      } else {
+        y[row0] = a;
+        y[row1] = b;
+        if (slot >= 0) {
+          T* dst = cache_row<T>(p, p.k_cache, slot, head - p.num_heads);
+          dst[i] = lo;
+          dst[i + half] = hi;
+        }
+      }
+    } else {
+      y[row0] = a;
+      y[row1] = b;
+      if (slot >= 0) {
+        const int32_t d = row0 - v_row0;  // row1 is d + 1 of the same head: head_dim is even
+        T* dst = cache_row<T>(p, p.v_cache, slot, d / p.head_dim);
+        dst[d % p.head_dim] = a;
+        dst[d % p.head_dim + 1] = b;
+      }
+    }
+  }
+}
+
 template <typename T, int M, bool Gated>
 void launch(const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride, int32_t n, int32_t k,
             Stream stream) {
   const int64_t outputs_per_block = int64_t{kWarps} * (Gated ? 1 : kRows);
   const auto blocks = static_cast<unsigned>((n + outputs_per_block - 1) / outputs_per_block);
-  gemv_kernel<T, M, Gated><<<blocks, kWarps * 32, 0, stream>>>(static_cast<const T*>(x), x_stride,
-                                                               static_cast<const T*>(w), static_cast<T*>(y), y_stride,
-                                                               n, k);
+  launch_programmatic(Gated ? "gemv_swiglu" : "gemv", gemv_kernel<T, M, Gated>, dim3(blocks), dim3(kWarps * 32), 0,
+                      stream, static_cast<const T*>(x), x_stride, static_cast<const T*>(w), static_cast<T*>(y),
+                      y_stride, n, k);
 }
 
 template <typename T, int M, bool Gated>
@@ -144,7 +240,16 @@ void run(const char* name, DType dtype, const void* x, int64_t x_stride, const v
     if constexpr (!std::is_same_v<T, float>)
       launch_up_to<T, kGemvMaxRows, Gated>(m, x, x_stride, w, y, y_stride, n, k, stream);
   });
-  check_launch(name);
+}
+
+template <typename T, int M>
+void launch_qkv_rope(int32_t m, const T* x, int64_t x_stride, const T* w, const QkvRopeParams<T>& p, int32_t k,
+                     unsigned blocks, Stream stream) {
+  if constexpr (M > 1) {
+    if (m < M) return launch_qkv_rope<T, M - 1>(m, x, x_stride, w, p, k, blocks, stream);
+  }
+  launch_programmatic("gemv_qkv_rope", gemv_qkv_rope_kernel<T, M>, dim3(blocks), dim3(kWarps * 32), 0, stream, x,
+                      x_stride, w, p, k);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -169,6 +274,27 @@ void gemv(DType dtype, const void* x, int64_t x_stride, const void* w, void* y, 
 void gemv_swiglu(DType dtype, const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride, int32_t m,
                int32_t n, int32_t k, Stream stream) {
   run<true>("gemv_swiglu", dtype, x, x_stride, w, y, y_stride, m, n, k, stream);
+}
+
+void gemv_qkv_rope(const RopeKvArgs& rope, const void* x, int64_t x_stride, const void* w, int32_t k, Stream stream) {
+  const int32_t m = rope.n_tokens, q_width = rope.num_heads * rope.head_dim, kv_width = rope.num_kv_heads * rope.head_dim;
+  const int32_t n = q_width + 2 * kv_width;
+  const std::string refusal = gemv_refusal(rope.dtype, x, x_stride, w, m, n, k);
+  if (!refusal.empty()) throw CudaError("gemv_qkv_rope: " + refusal);
+  const size_t esize = rope.dtype == DType::kF32 ? 4 : 2;
+  const char* q = static_cast<const char*>(rope.q);
+  if (rope.k != q + size_t(q_width) * esize || rope.v != q + size_t(q_width + kv_width) * esize ||
+      rope.k_stride != rope.q_stride || rope.v_stride != rope.q_stride || rope.q_stride < n) {
+    throw CudaError("gemv_qkv_rope: q, k and v must lie side by side in one (n_tokens, q + 2 kv) buffer");
+  }
+  dispatch_dtype(rope.dtype, [&]<typename T>() {
+    if constexpr (!std::is_same_v<T, float>) {
+      const QkvRopeParams<T> p{rope_cache_params<T>(rope, "gemv_qkv_rope"), static_cast<T*>(rope.q), rope.q_stride};
+      const unsigned blocks = static_cast<unsigned>((n / kRows + kWarps - 1) / kWarps);
+      launch_qkv_rope<T, kGemvMaxRows>(m, static_cast<const T*>(x), x_stride, static_cast<const T*>(w), p, k, blocks,
+                                       stream);
+    }
+  });
 }
 
 }  // namespace strata::cuda

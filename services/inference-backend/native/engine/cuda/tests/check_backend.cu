@@ -461,25 +461,48 @@ int main(int argc, char** argv) {
     CpuBackend cpu(dir);
     const Schedule s = random_schedule(cpu.config(), 6, 70, 3, 40);
     const Run ref = greedy(cpu, s);
-    // bf16 twice: with cuBLAS for every GEMM (the default), then with the GEMV kernel for steps of
-    // up to 8 rows (gemv, and gemv_swiglu for gate/up), whose tokens alone and batched may part
-    // (the two kernels round differently), so that run skips the invariance check.
+    // bf16 three times: with cuBLAS for every GEMM, then with the GEMV kernel for steps of up to
+    // 8 rows (gemv, gemv_swiglu for gate/up, gemv_qkv_rope for q/k/v), whose tokens alone and
+    // batched may part (the two kernels round differently), so that run skips the invariance
+    // check; then the same with programmatic launch, which must give the very same bytes.
     struct Config {
       cuda::DType dtype;
       int32_t gemv_rows;
+      bool programmatic;
     };
-    for (const Config config : {Config{cuda::DType::kF32, 0}, Config{cuda::DType::kBF16, 0},
-                                Config{cuda::DType::kBF16, cuda::kGemvMaxRows}}) {
+    std::optional<Run> gemv_run;
+    for (const Config config : {Config{cuda::DType::kF32, 0, false}, Config{cuda::DType::kBF16, 0, false},
+                                Config{cuda::DType::kBF16, cuda::kGemvMaxRows, false},
+                                Config{cuda::DType::kBF16, cuda::kGemvMaxRows, true}}) {
       const cuda::DType dtype = config.dtype;
-      const std::string label = std::string(cuda::dtype_name(dtype)) + (config.gemv_rows > 0 ? " gemv" : "");
+      const std::string label = std::string(cuda::dtype_name(dtype)) + (config.gemv_rows > 0 ? " gemv" : "") +
+                                (config.programmatic ? " programmatic" : "");
       CudaBackendOptions options;
       options.dtype = dtype;
       options.gemv_max_rows = config.gemv_rows;
+      options.programmatic_launch = config.programmatic;
       options.max_batch_tokens = 512;
       options.max_seqs = 16;
       // STRATA_CUDA_GRAPHS=0 runs every step eagerly, to tell a graph problem from a kernel one.
       const char* graphs_env = std::getenv("STRATA_CUDA_GRAPHS");
       options.cuda_graphs = graphs_env == nullptr || std::string(graphs_env) != "0";
+      if (config.programmatic) {
+        // Launch order changes nothing computed: every token, margin and logit as without it.
+        std::string why;
+        bool same = false;
+        try {
+          CudaBackend gpu(dir, options);
+          const Run got = greedy(gpu, s);
+          same = gemv_run && (!options.cuda_graphs || gpu.graph_steps() > 0) && gemv_run->tokens == got.tokens && gemv_run->margins == got.margins &&
+                 gemv_run->first_logits == got.first_logits && gemv_run->second_logits == got.second_logits;
+          why = std::to_string(gpu.graph_steps()) + " graph / " + std::to_string(gpu.eager_steps()) + " eager steps";
+        } catch (const std::exception& e) {
+          why = std::string("threw: ") + e.what();
+        }
+        report.add_exact("programmatic launch == plain launch", label, name + " (tokens, margins, logits; " + why + ")",
+                         same);
+        continue;
+      }
       CudaBackend gpu(dir, options);
       std::printf("%s %s: loaded %.1f MB in %.3f s (%.2f GB/s) on %s\n", name.c_str(), label.c_str(),
                   gpu.load_stats().bytes / 1e6, gpu.load_stats().seconds, gpu.load_stats().gb_per_s(),
@@ -490,6 +513,7 @@ int main(int argc, char** argv) {
       // The schedule has decode-only steps: with graphs on, they must have replayed one.
       if (options.cuda_graphs) report.add_exact("decode replays graphs", label, name + " (" + steps + ")",
                                                 gpu.graph_steps() > 0);
+      if (config.gemv_rows > 0) gemv_run = got;
       // Batch invariance: each sequence alone gives the tokens it got sharing the batches.
       if (config.gemv_rows == 0) {
         std::string where;

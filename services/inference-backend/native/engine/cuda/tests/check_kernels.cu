@@ -186,19 +186,54 @@ std::vector<float> inv_freq_for(int32_t head_dim, double theta, float factor) {
   return f;
 }
 
+// RopeKvArgs over a fused (n_tokens, q + 2 kv) buffer of row stride `stride`.
+template <typename T>
+RopeKvArgs qkv_rope_args(const KvShape& s, T* qkv, int64_t stride, int32_t n_tokens, const int32_t* positions,
+                         const int32_t* slots, const float* inv_freq, T* k_cache, T* v_cache) {
+  const int32_t q_width = s.num_heads * s.head_dim, kv_width = s.num_kv_heads * s.head_dim;
+  RopeKvArgs a;
+  a.dtype = dtype_of<T>();
+  a.q = qkv;
+  a.q_stride = stride;
+  a.k = qkv + q_width;
+  a.k_stride = stride;
+  a.v = qkv + q_width + kv_width;
+  a.v_stride = stride;
+  a.positions = positions;
+  a.slots = slots;
+  a.inv_freq = inv_freq;
+  a.k_cache = k_cache;
+  a.v_cache = v_cache;
+  a.n_tokens = n_tokens;
+  a.num_heads = s.num_heads;
+  a.num_kv_heads = s.num_kv_heads;
+  a.head_dim = s.head_dim;
+  a.block_size = s.block_size;
+  return a;
+}
+
+// Positions (token 0 at 0 when zero_first, the rest random up to 131,071) and distinct random
+// cache slots, token 1 a padding row (slot -1) whose K and V may reach no slot.
+void rope_positions_slots(const KvShape& s, int32_t n_tokens, bool zero_first, std::vector<int32_t>& positions,
+                          std::vector<int32_t>& slots) {
+  positions.assign(size_t(n_tokens), 0);
+  slots.assign(size_t(n_tokens), 0);
+  std::vector<int32_t> free_slots(size_t(s.num_blocks) * s.block_size);
+  std::iota(free_slots.begin(), free_slots.end(), 0);
+  std::shuffle(free_slots.begin(), free_slots.end(), rng());
+  for (int32_t t = 0; t < n_tokens; ++t) {
+    positions[t] = t == 0 && zero_first ? 0 : random_int(0, 131071);
+    slots[t] = t == 1 ? -1 : free_slots[t];
+  }
+}
+
 template <typename T>
 void check_rope_kv(KvShape s, int32_t n_tokens, float scaling) {
   const int32_t q_width = s.num_heads * s.head_dim, kv_width = s.num_kv_heads * s.head_dim;
   const int64_t stride = q_width + 2 * kv_width;  // the fused QKV projection's row
   const std::vector<T> qkv = convert<T>(random_floats(size_t(n_tokens) * stride));
-  std::vector<int32_t> positions(n_tokens), slots(n_tokens);
-  std::vector<int32_t> free_slots(size_t(s.num_blocks) * s.block_size);
-  std::iota(free_slots.begin(), free_slots.end(), 0);
-  std::shuffle(free_slots.begin(), free_slots.end(), rng());
-  for (int32_t t = 0; t < n_tokens; ++t) {
-    positions[t] = t == 0 ? 0 : random_int(0, 131071);
-    slots[t] = t == 1 ? -1 : free_slots[t];  // token 1 is padding: nothing may reach the cache
-  }
+  std::vector<int32_t> positions, slots;
+  rope_positions_slots(s, n_tokens, true, positions, slots);
   const std::vector<float> inv_freq = inv_freq_for(s.head_dim, 500000.0, scaling);
   const size_t cache_elems = size_t(s.num_blocks) * s.num_kv_heads * s.block_size * s.head_dim;
   DeviceBuffer<T> d_qkv(qkv.size()), d_k(cache_elems), d_v(cache_elems);
@@ -210,24 +245,8 @@ void check_rope_kv(KvShape s, int32_t n_tokens, float scaling) {
   d_freq.upload(inv_freq);
   d_k.poison();
   d_v.poison();
-  RopeKvArgs a;
-  a.dtype = dtype_of<T>();
-  a.q = d_qkv.ptr;
-  a.q_stride = stride;
-  a.k = d_qkv.ptr + q_width;
-  a.k_stride = stride;
-  a.v = d_qkv.ptr + q_width + kv_width;
-  a.v_stride = stride;
-  a.positions = d_pos.ptr;
-  a.slots = d_slots.ptr;
-  a.inv_freq = d_freq.ptr;
-  a.k_cache = d_k.ptr;
-  a.v_cache = d_v.ptr;
-  a.n_tokens = n_tokens;
-  a.num_heads = s.num_heads;
-  a.num_kv_heads = s.num_kv_heads;
-  a.head_dim = s.head_dim;
-  a.block_size = s.block_size;
+  const RopeKvArgs a = qkv_rope_args<T>(s, d_qkv.ptr, stride, n_tokens, d_pos.ptr, d_slots.ptr, d_freq.ptr, d_k.ptr,
+                                        d_v.ptr);
   rope_write_kv(a, nullptr);
   STRATA_CK(cudaDeviceSynchronize());
   const std::vector<T> got_qkv = d_qkv.download(), got_k = d_k.download(), got_v = d_v.download();
@@ -672,6 +691,60 @@ void check_gemv_swiglu(int32_t m, int32_t n, int32_t k) {
   report.add_exact("gemv_swiglu row alone == batched", dtype_name(dtype_of<T>()), shape, alone_same);
 }
 
+// The q/k/v GEMV fused with RoPE and the cache write (gemv_qkv_rope) against gemv into the
+// q/k/v buffer followed by rope_write_kv: the same bytes in the buffer (its padding columns
+// included) and in both caches (every slot no token owns still poisoned); token 1, when there
+// is one, is a padding row (slot -1).
+template <typename T>
+void check_gemv_qkv_rope(KvShape s, int32_t m, int32_t k) {
+  const int32_t q_width = s.num_heads * s.head_dim, kv_width = s.num_kv_heads * s.head_dim;
+  const int32_t n = q_width + 2 * kv_width;
+  const int64_t x_stride = k + 8, y_stride = n + 5;
+  const std::vector<T> x = convert<T>(random_floats(size_t(m) * x_stride, 1.0f));
+  const std::vector<T> w = convert<T>(random_floats(size_t(n) * k, 1.0f / std::sqrt(float(k))));
+  std::vector<int32_t> positions, slots;
+  rope_positions_slots(s, m, false, positions, slots);
+  const std::vector<float> inv_freq = inv_freq_for(s.head_dim, 500000.0, 8.0f);
+  const size_t cache_elems = size_t(s.num_blocks) * s.num_kv_heads * s.block_size * s.head_dim;
+  DeviceBuffer<T> d_x(x.size()), d_w(w.size());
+  DeviceBuffer<int32_t> d_pos{size_t(m)}, d_slots{size_t(m)};
+  DeviceBuffer<float> d_freq(inv_freq.size());
+  d_x.upload(x);
+  d_w.upload(w);
+  d_pos.upload(positions);
+  d_slots.upload(slots);
+  d_freq.upload(inv_freq);
+  DeviceBuffer<T> ref_qkv(size_t(m) * y_stride), ref_k(cache_elems), ref_v(cache_elems);
+  DeviceBuffer<T> got_qkv(size_t(m) * y_stride), got_k(cache_elems), got_v(cache_elems);
+  auto run = [&](bool fused, DeviceBuffer<T>& qkv, DeviceBuffer<T>& k_cache, DeviceBuffer<T>& v_cache) {
+    qkv.poison();
+    k_cache.poison();
+    v_cache.poison();
+    const RopeKvArgs a = qkv_rope_args<T>(s, qkv.ptr, y_stride, m, d_pos.ptr, d_slots.ptr, d_freq.ptr, k_cache.ptr,
+                                          v_cache.ptr);
+    if (fused) {
+      gemv_qkv_rope(a, d_x.ptr, x_stride, d_w.ptr, k, nullptr);
+    } else {
+      gemv(dtype_of<T>(), d_x.ptr, x_stride, d_w.ptr, qkv.ptr, y_stride, m, n, k, nullptr);
+      rope_write_kv(a, nullptr);
+    }
+    STRATA_CK(cudaDeviceSynchronize());
+  };
+  run(false, ref_qkv, ref_k, ref_v);
+  run(true, got_qkv, got_k, got_v);
+  const auto same = [](const DeviceBuffer<T>& a, const DeviceBuffer<T>& b) {
+    const std::vector<T> x = a.download(), y = b.download();
+    return std::memcmp(x.data(), y.data(), sizeof(T) * x.size()) == 0;
+  };
+  size_t cached = 0;  // slots the reference wrote: the check must not pass on two untouched caches
+  for (const T& e : ref_k.download()) cached += !is_poison(e);
+  const std::string shape = shape_text({{"h", s.num_heads}, {"kv", s.num_kv_heads}, {"d", s.head_dim}, {"m", m}, {"k", k}});
+  report.add_exact("gemv_qkv_rope q/k/v == gemv + rope_write_kv", dtype_name(dtype_of<T>()), shape,
+                   same(ref_qkv, got_qkv));
+  report.add_exact("gemv_qkv_rope caches == gemv + rope_write_kv", dtype_name(dtype_of<T>()), shape,
+                   cached == size_t(m > 1 ? m - 1 : m) * kv_width && same(ref_k, got_k) && same(ref_v, got_v));
+}
+
 template <typename T>
 void check_dtype() {
   const bool full = !std::is_same_v<T, __half>;  // fp16 gets the same kernels: a lighter sweep
@@ -698,6 +771,11 @@ void check_dtype() {
     for (int32_t m = 1; m <= kGemvMaxRows; ++m) check_gemv_swiglu<T>(m, 37, 1032);
     check_gemv_swiglu<T>(2, 384, 128);  // tinystories-656k's MLP: silu_mul's 16-byte path
     check_gemv_swiglu<T>(1, 5, 8);
+    // Every m, at the test shapes' head layouts: Llama-3's, SmolLM2-135M's odd 9 and 3, a tiny one.
+    for (int32_t m = 1; m <= kGemvMaxRows; ++m) check_gemv_qkv_rope<T>(KvShape{8, 4, 16, 16, 40}, m, 1032);
+    check_gemv_qkv_rope<T>(KvShape{32, 8, 128, 16, 64}, 2, 264);
+    check_gemv_qkv_rope<T>(KvShape{9, 3, 64, 16, 20}, 3, 576);
+    if (full) check_gemv_qkv_rope<T>(KvShape{32, 8, 128, 16, 64}, 1, 4096);
     const bool refused = !gemv_refusal(dtype_of<T>(), nullptr, 12, nullptr, 1, 4, 12).empty() &&
                          !gemv_refusal(dtype_of<T>(), nullptr, 16, nullptr, kGemvMaxRows + 1, 4, 16).empty() &&
                          !gemv_refusal(DType::kF32, nullptr, 16, nullptr, 1, 4, 16).empty() &&

@@ -44,6 +44,14 @@ struct CudaBackendOptions {
   // different row counts may), so greedy tokens alone and batched can part; 0 keeps every GEMM
   // on cuBLAS.
   int32_t gemv_max_rows = 2;
+  // Where the GEMV serves the q/k/v projection and it has no bias, the same launch applies RoPE
+  // and writes K and V into the cache (cuda::gemv_qkv_rope: the bytes of the GEMV followed by
+  // rope_write_kv), one kernel a layer fewer; false keeps the two kernels.
+  bool gemv_fuse_rope = true;
+  // Launch the step's own kernels with programmatic dependent launch on sm_90+ GPUs
+  // (cuda::ProgrammaticLaunch): each may be scheduled, and a GEMV prefetch its weights, while
+  // the kernel before it finishes; the same bytes either way. Off until a GPU run shows it pays.
+  bool programmatic_launch = false;
   // A GEMM of at least this many rows on a quantized weight (a GGUF file's blocks kept on the
   // device, bf16/fp16) dequantizes the weight into a scratch matrix (cuda::quant_dequantize)
   // and multiplies that with cuBLAS, as llama.cpp does for large batches, instead of running
@@ -110,9 +118,10 @@ class CudaBackend final : public ModelBackend {
   int64_t eager_steps() const;
   std::string device_name() const;
   cuda::DType dtype() const;
-  // Changes options.gemv_max_rows (0..cuda::kGemvMaxRows) after load, capturing the decode
-  // graphs again: for benchmarks that compare the GEMV kernel with cuBLAS in one process.
-  void set_gemv_max_rows(int32_t rows);
+  // Changes options.gemv_max_rows (0..cuda::kGemvMaxRows), gemv_fuse_rope and
+  // programmatic_launch after load, capturing the decode graphs again: for benchmarks that
+  // compare the kernels of a step both ways in one process.
+  void set_step_kernels(int32_t gemv_max_rows, bool gemv_fuse_rope, bool programmatic_launch);
 
  private:
   struct Impl;

@@ -35,6 +35,27 @@ void check(int err, const char* what);
 // Throws CudaError naming `kernel` when its launch failed (cudaGetLastError).
 void check_launch(const char* kernel);
 
+// Programmatic dependent launch (sm_90+). While a ProgrammaticLaunch(true) lives on a thread,
+// the decode step's own kernels launched from it (add_rms_norm, gemv, gemv_swiglu,
+// gemv_qkv_rope, rope_write_kv, the tensor-core decode attention and its reduce) go out with
+// programmatic stream serialization: such a kernel may be scheduled while the kernel before it
+// in the stream finishes, prefetches what does not depend on that kernel (a GEMV its weights,
+// into L2), and waits for it to complete (griddepcontrol.wait) before touching anything else.
+// Each of them lets its successor be scheduled once all its blocks have passed that wait. The
+// results are the same bytes; only the gaps between kernels change. Other kernels, and every
+// kernel when none lives, launch as usual. Scopes nest; the innermost wins.
+class ProgrammaticLaunch {
+ public:
+  explicit ProgrammaticLaunch(bool on);
+  ~ProgrammaticLaunch();
+  ProgrammaticLaunch(const ProgrammaticLaunch&) = delete;
+  ProgrammaticLaunch& operator=(const ProgrammaticLaunch&) = delete;
+
+ private:
+  bool previous_;
+};
+bool programmatic_launch();  // this thread's setting
+
 // Head sizes the attention and RoPE kernels are compiled for.
 bool supported_head_dim(int32_t head_dim);
 
@@ -96,6 +117,15 @@ struct RopeKvArgs {
   int32_t n_tokens = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
 };
 void rope_write_kv(const RopeKvArgs& args, Stream stream);
+
+// The q/k/v projection of m = args.n_tokens <= kGemvMaxRows rows of x on the GEMV kernel, fused
+// with rope_write_kv: w is the (q + 2 kv, k) weight of q's, k's and v's rows; args.q, k and v
+// must lie side by side in one buffer (the projection's output, row stride args.q_stride). The
+// same bytes as gemv into that buffer followed by rope_write_kv (q rotated in place, k and v
+// left as projected, the rotated k and v in their cache slots), in one launch that neither
+// reads nor writes the buffer between. Refused (CudaError) as gemv refuses, or for a layout
+// other than that.
+void gemv_qkv_rope(const RopeKvArgs& args, const void* x, int64_t x_stride, const void* w, int32_t k, Stream stream);
 
 // Copies whole blocks (K and V of one layer): for each i, block dst[i] = block src[i].
 void copy_blocks(DType dtype, void* k_cache, void* v_cache, const int32_t* src, const int32_t* dst, int32_t n_pairs,
