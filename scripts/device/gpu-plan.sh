@@ -35,7 +35,7 @@ self=scripts/device/gpu-plan.sh
 # The plan, in order of value, and the extras, run only when named.
 PLAN=(machine build gemm kernels quant sampling backend memcheck llama3 hf_logits forward hf_generate e2e)
 EXTRAS=(profile bench_gemm bench_quant bench_sampling e2e_cpu_sampling memcheck_quant racecheck_quant
-  memcheck_sampling racecheck_sampling service bench_attention gemv gguf profile_gguf programmatic)
+  memcheck_sampling racecheck_sampling service bench_attention gemv gguf programmatic profile_gguf)
 # Each step's timeout (s), the least time worth starting it with, and the steps it needs.
 declare -A CAP=([machine]=45 [build]=330 [gemm]=60 [kernels]=90 [quant]=90 [sampling]=150 [backend]=120
   [memcheck]=180 [llama3]=300 [hf_logits]=150 [forward]=180 [hf_generate]=180 [e2e]=180
