@@ -36,21 +36,24 @@ struct CudaBackendOptions {
   // on the GEMV kernel (cuda::gemv, and cuda::gemv_swiglu for the gate/up projection with the
   // SiLU, so silu_mul does not run) instead of cuBLAS; 0 = always cuBLAS; at most
   // cuda::kGemvMaxRows. 2 by default: Llama-3-8B's decode steps took, with the GEMV against
-  // cuBLAS alone (alternating in one process), on an H100 6.10-6.15 ms against 6.70-6.72 at 1
-  // sequence, 6.34-6.37 against 6.73-6.76 at 2, 6.82-6.83 against 6.93-6.94 at 4 and 8.45
-  // against 7.21-7.25 at 8 (two runs); on an H200 4.53 against 4.85 at 1 but 5.36 against 5.00
-  // at 4 (docs/cuda-notes.md). A sequence's bf16 logits then also depend on whether its step
+  // cuBLAS alone (alternating in one process), on an H100 5.87-5.90 ms against 6.43-6.45 at 1
+  // sequence, 6.11 against 6.49 at 2, 6.62 against 6.71 at 4 and 8.20 against 6.95 at 8; on an
+  // H200 (before the fused RoPE) 4.53 against 4.85 at 1 but 5.36 against 5.00 at 4
+  // (docs/cuda-notes.md). A sequence's bf16 logits then also depend on whether its step
   // had at most this many rows (the two kernels round differently, as cuBLAS's own kernels for
   // different row counts may), so greedy tokens alone and batched can part; 0 keeps every GEMM
   // on cuBLAS.
   int32_t gemv_max_rows = 2;
   // Where the GEMV serves the q/k/v projection and it has no bias, the same launch applies RoPE
   // and writes K and V into the cache (cuda::gemv_qkv_rope: the bytes of the GEMV followed by
-  // rope_write_kv), one kernel a layer fewer; false keeps the two kernels.
+  // rope_write_kv), one kernel a layer fewer; false keeps the two kernels. On an H100 the
+  // batch-1 Llama-3-8B step took 5.884 ms with it against 5.989 without (alternating).
   bool gemv_fuse_rope = true;
   // Launch the step's own kernels with programmatic dependent launch on sm_90+ GPUs
   // (cuda::ProgrammaticLaunch): each may be scheduled, and a GEMV prefetch its weights, while
-  // the kernel before it finishes; the same bytes either way. Off until a GPU run shows it pays.
+  // the kernel before it finishes; the same bytes either way. Off: on an H100 it made the
+  // batch-1 and batch-2 steps slower (6.04 against 5.87 ms, 6.50 against 6.10), batch 8 1.6%
+  // faster and batch 64 no different (docs/cuda-notes.md).
   bool programmatic_launch = false;
   // A GEMM of at least this many rows on a quantized weight (a GGUF file's blocks kept on the
   // device, bf16/fp16) dequantizes the weight into a scratch matrix (cuda::quant_dequantize)
