@@ -22,6 +22,7 @@
 #include "strata/model_source.h"
 #include "strata/model_weights.h"
 #include "strata/safetensors.h"
+#include "strata/split_work.h"
 #include "tensor_slots.h"
 
 namespace strata {
@@ -433,15 +434,19 @@ struct CudaBackend::Impl {
         // The repacked buffer is left uninitialised: quant_repack writes every byte of it.
         const int64_t bytes = cuda::quant_gpu_bytes(dst.quant.type, dst.quant.rows, dst.quant.cols);
         const std::unique_ptr<uint8_t[]> gpu = on_host([&] {
-          std::vector<uint8_t> fused;
+          std::unique_ptr<uint8_t[]> fused;
           const uint8_t* blocks = w.quantized.at(parts.begin()->first).data.data();
           if (parts.size() > 1) {
-            for (const auto& [name, member] : parts) {
-              (void)member;
-              const QuantMatrix& q = w.quantized.at(name);
-              fused.insert(fused.end(), q.data.begin(), q.data.end());
+            size_t total = 0;
+            for (const auto& part : parts) total += w.quantized.at(part.first).data.size();
+            fused.reset(new uint8_t[total]);  // every byte copied below
+            size_t at = 0;
+            for (const auto& part : parts) {
+              const ByteBuffer& data = w.quantized.at(part.first).data;
+              copy_split(fused.get() + at, data.data(), int64_t(data.size()));
+              at += data.size();
             }
-            blocks = fused.data();
+            blocks = fused.get();
           }
           std::unique_ptr<uint8_t[]> packed(new uint8_t[size_t(bytes)]);
           cuda::quant_repack(dst.quant.type, blocks, dst.quant.rows, dst.quant.cols, packed.get());

@@ -7,6 +7,7 @@
 #include "strata/gguf.h"
 #include "strata/model_config.h"
 #include "strata/model_error.h"
+#include "strata/split_work.h"
 #include "tensor_slots.h"
 
 namespace strata {
@@ -181,9 +182,13 @@ ModelWeights load_gguf_weights(const GgufFile& file, const ModelConfig& config) 
       m.cols = cols;
       const int64_t row_bytes = m.row_bytes();
       m.data.resize(static_cast<size_t>(rows * row_bytes));
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t from = permuted ? source_row[r] : r;
-        std::memcpy(m.data.data() + r * row_bytes, t->data + from * row_bytes, static_cast<size_t>(row_bytes));
+      if (!permuted) {
+        copy_split(m.data.data(), t->data, rows * row_bytes);
+      } else {
+        split_work(rows, threads_for(rows * row_bytes, int64_t{1} << 22), [&](int64_t first, int64_t last) {
+          for (int64_t r = first; r < last; ++r)
+            std::memcpy(m.data.data() + r * row_bytes, t->data + source_row[r] * row_bytes, static_cast<size_t>(row_bytes));
+        });
       }
       weights.quantized.emplace(slot.name, std::move(m));
       file.release(*t);

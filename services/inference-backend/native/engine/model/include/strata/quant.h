@@ -4,9 +4,36 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace strata {
+
+// A std::allocator whose value-initialisation is default-initialisation: resize() of a byte
+// vector writes nothing, so a loader's copying threads are the first to touch (and fault in)
+// the pages they fill, instead of one thread zeroing gigabytes first.
+template <class T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <class U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using ByteBuffer = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
 
 // Values per block, in every format here.
 inline constexpr int64_t kQuantBlock = 32;
@@ -39,7 +66,7 @@ int64_t quant_block_bytes(QuantType type);    // 18, 20, 34
 struct QuantMatrix {
   QuantType type = QuantType::Q8_0;
   int64_t rows = 0, cols = 0;
-  std::vector<uint8_t> data;  // rows * row_bytes()
+  ByteBuffer data;  // rows * row_bytes(); every byte written by whoever fills it
 
   int64_t row_bytes() const { return cols / kQuantBlock * quant_block_bytes(type); }
   const uint8_t* row(int64_t r) const { return data.data() + r * row_bytes(); }

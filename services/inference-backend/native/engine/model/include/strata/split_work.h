@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -27,6 +28,14 @@ void split_work(int64_t n, int64_t threads, const Fn& fn) {
   std::vector<std::thread> pool;
   for (int64_t t = 0; t < threads; ++t) pool.emplace_back([&fn, n, t, threads] { fn(n * t / threads, n * (t + 1) / threads); });
   for (std::thread& thread : pool) thread.join();
+}
+
+// memcpy of `bytes` bytes, in ranges of at least 4 MB on threads of their own (threads_for):
+// a load's copies out of a mapped file, whose page faults and copying then share the CPUs.
+inline void copy_split(void* dst, const void* src, int64_t bytes) {
+  split_work(bytes, threads_for(bytes, int64_t{1} << 22), [&](int64_t first, int64_t last) {
+    std::memcpy(static_cast<char*>(dst) + first, static_cast<const char*>(src) + first, static_cast<size_t>(last - first));
+  });
 }
 
 }  // namespace strata
