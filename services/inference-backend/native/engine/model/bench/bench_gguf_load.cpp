@@ -1,14 +1,17 @@
 // How fast a GGUF file's tensors come out of the file: GgufFile::open, the metadata, then
 // load_gguf_weights (quantized matrices copied out row by row, the rest widened to fp32), the
 // step both backends start from (the CUDA backend's load reports it as "reading the file's
-// tensors"). Runs it N times on a file in the page cache and prints each run, then the median.
+// tensors"). Runs it N times on a file in the page cache and prints each run, then the median;
+// --out writes the runs as JSON (docs/benchmarks/gguf-load.json).
 //
-//   bench_gguf_load FILE.gguf [--runs N] [--json]
+//   bench_gguf_load FILE.gguf [--runs N] [--out FILE.json]
 //   (any GGUF model; scripts/device/llama3_gguf.py writes one from a Hugging Face Llama folder)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -20,15 +23,15 @@ using namespace strata;
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_gguf_load FILE.gguf [--runs N] [--json]\n");
+    std::fprintf(stderr, "usage: bench_gguf_load FILE.gguf [--runs N] [--out FILE.json]\n");
     return 2;
   }
   int runs = 5;
-  bool json = false;
+  std::string out_json;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--runs" && i + 1 < argc) runs = std::atoi(argv[++i]);
-    else if (a == "--json") json = true;
+    else if (a == "--out" && i + 1 < argc) out_json = argv[++i];
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -55,9 +58,17 @@ int main(int argc, char** argv) {
     const double median = sorted[sorted.size() / 2];
     std::printf("%s: %.2f GB of tensors, median %.3f s (%.2f GB/s), min %.3f, max %.3f over %d runs\n", argv[1],
                 bytes / 1e9, median, bytes / median / 1e9, sorted.front(), sorted.back(), runs);
-    if (json) {
-      std::printf("{\"benchmark\":\"gguf-load\",\"bytes\":%lld,\"runs\":%d,\"median_s\":%.6f,\"min_s\":%.6f,\"max_s\":%.6f}\n",
-                  static_cast<long long>(bytes), runs, median, sorted.front(), sorted.back());
+    if (!out_json.empty()) {
+      std::ofstream out(out_json);
+      const std::string name = std::filesystem::path(argv[1]).filename().string();  // no folder: no machine's paths
+      out << "{\"benchmark\":\"gguf-load\",\"file\":\"" << name << "\",\"bytes\":" << bytes << ",\"median_s\":" << median
+          << ",\"median_gb_s\":" << bytes / median / 1e9 << ",\"seconds\":[";
+      for (size_t i = 0; i < seconds.size(); ++i) out << (i ? "," : "") << seconds[i];
+      out << "]}\n";
+      if (!out) {
+        std::fprintf(stderr, "bench_gguf_load: cannot write %s\n", out_json.c_str());
+        return 1;
+      }
     }
   } catch (const ModelError& e) {
     std::fprintf(stderr, "bench_gguf_load: %s\n", e.what());
