@@ -281,7 +281,7 @@ void gemv_qkv_rope(const RopeKvArgs& rope, const void* x, int64_t x_stride, cons
   const int32_t n = q_width + 2 * kv_width;
   const std::string refusal = gemv_refusal(rope.dtype, x, x_stride, w, m, n, k);
   if (!refusal.empty()) throw CudaError("gemv_qkv_rope: " + refusal);
-  const size_t esize = rope.dtype == DType::kF32 ? 4 : 2;
+  const size_t esize = dtype_size(rope.dtype);
   const char* q = static_cast<const char*>(rope.q);
   if (rope.k != q + size_t(q_width) * esize || rope.v != q + size_t(q_width + kv_width) * esize ||
       rope.k_stride != rope.q_stride || rope.v_stride != rope.q_stride || rope.q_stride < n) {
