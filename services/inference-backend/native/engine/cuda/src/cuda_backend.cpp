@@ -1345,6 +1345,9 @@ cuda::DType CudaBackend::dtype() const { return impl_->dtype; }
 void CudaBackend::set_step_kernels(int32_t gemv_max_rows, bool gemv_fuse_rope, bool programmatic_launch) {
   Impl& m = *impl_;
   check_gemv_rows(gemv_max_rows);
+  if (m.options.gemv_max_rows == gemv_max_rows && m.options.gemv_fuse_rope == gemv_fuse_rope &&
+      m.options.programmatic_launch == programmatic_launch)
+    return;  // the graphs captured already are these kernels'
   cuda::check(cudaSetDevice(m.options.device), "cudaSetDevice");
   m.options.gemv_max_rows = gemv_max_rows;
   m.options.gemv_fuse_rope = gemv_fuse_rope;

@@ -123,7 +123,7 @@ class CudaBackend final : public ModelBackend {
   cuda::DType dtype() const;
   // Changes options.gemv_max_rows (0..cuda::kGemvMaxRows), gemv_fuse_rope and
   // programmatic_launch after load, capturing the decode graphs again: for benchmarks that
-  // compare the kernels of a step both ways in one process.
+  // compare the kernels of a step both ways in one process. The same settings again: nothing.
   void set_step_kernels(int32_t gemv_max_rows, bool gemv_fuse_rope, bool programmatic_launch);
 
  private:
