@@ -100,7 +100,7 @@ export interface NativeSamplingParams {
 }
 
 export interface NativeRequest {
-  /** Unique among live requests; below 2^53. */
+  /** Unique among this engine's live requests; at most 2^47 - 1. */
   id: number;
   prompt: Int32Array;
   /** Lower is more urgent; FCFS within a priority. */
@@ -229,10 +229,19 @@ export interface NativeEngine {
   abort(id: number, reason?: 'abort' | 'timeout'): boolean;
   stats(): NativeEngineStats;
   info(): NativeEngineInfo;
-  /** Stops the loop; requests still live are dropped without a final event. */
+  /**
+   * The engine that loaded the model: stops the loop; requests still live are dropped without a
+   * final event, and those of attached engines fail with STRATA_ENGINE_CLOSED. An attached
+   * engine: detaches this thread only, aborting its live requests.
+   */
   close(): Promise<void>;
   /** Lets the next onSteps call come: steps that arrived meanwhile, or the next one. */
   resumeSteps(): void;
+  /**
+   * A key naming this engine's runner to attachEngine() on another thread of this process
+   * (worker_threads), so several event loops submit to and stream from one engine.
+   */
+  share(): number;
   /**
    * Reads the model's vocabulary for structured output (off the JS thread) from its
    * tokenizer.json text; `eosTokenIds` join the model's own as ends of a complete output.
@@ -256,6 +265,13 @@ export interface NativeAddon {
    * delivered until the engine's resumeSteps() is called, from a later event-loop turn.
    */
   loadEngine(options: NativeLoadOptions, onSteps: (steps: NativeStep[]) => void): Promise<NativeEngine>;
+  /**
+   * This thread's own engine on a runner another thread loaded (its share() key): its own
+   * request ids (no clash with any other thread's), and onSteps gets its requests' steps only,
+   * on this thread's event loop, as loadEngine's does. Up to 63 threads attach at once.
+   * Throws STRATA_ENGINE_CLOSED when no open engine has that key.
+   */
+  attachEngine(key: number, onSteps: (steps: NativeStep[]) => void): NativeEngine;
 }
 
 const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..');

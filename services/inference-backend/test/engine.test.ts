@@ -4,19 +4,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, EngineError, type GeneratedToken, type SamplingParams } from '../src/engine/engine.js';
 import { loadNativeAddon } from '../src/native.js';
 import { modelPath, optionalModel } from './support/models.js';
+import { collect, tokensOf } from './support/token-streams.js';
 
 const tiny = optionalModel('tinystories-656k');
 
 const PROMPT = [1, 80, 147, 201, 282, 215, 286, 604, 10]; // <|start_story|>Once upon a time, there was a dog.
-
-async function collect(stream: AsyncIterable<GeneratedToken>): Promise<GeneratedToken[]> {
-  const events: GeneratedToken[] = [];
-  for await (const event of stream) events.push(event);
-  return events;
-}
-
-const tokensOf = (events: GeneratedToken[]) =>
-  events.flatMap((e) => (e.token === undefined ? [] : [e.token]));
 
 // Deterministic prompts of mixed lengths built from the model's own vocabulary range.
 function prompts(count: number): number[][] {

@@ -7,8 +7,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { convertLlama2c } from '../src/convert/llama2c.js';
-import { Engine, type GeneratedToken } from '../src/engine/engine.js';
+import { Engine } from '../src/engine/engine.js';
 import { modelPath, optionalModel } from './support/models.js';
+import { collect } from './support/token-streams.js';
 
 const tiny = optionalModel('tinystories-656k');
 const stories = optionalModel('stories260K');
@@ -23,12 +24,6 @@ function logSoftmax(logits: number[]): number[] {
   const max = Math.max(...logits);
   const lse = max + Math.log(logits.reduce((s, x) => s + Math.exp(x - max), 0));
   return logits.map((x) => x - lse);
-}
-
-async function collect(stream: AsyncIterable<GeneratedToken>): Promise<GeneratedToken[]> {
-  const out: GeneratedToken[] = [];
-  for await (const e of stream) out.push(e);
-  return out;
 }
 
 async function checkAgainstGolden(modelDir: string, cases: GoldenCase[]): Promise<void> {

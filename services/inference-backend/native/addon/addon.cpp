@@ -51,6 +51,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("cudaInfo", Napi::Function::New(env, CudaInfo, "cudaInfo"));
   exports.Set("NativeEngine", strata::addon::EngineBinding::Define(env));
   exports.Set("loadEngine", Napi::Function::New(env, strata::addon::EngineBinding::Load, "loadEngine"));
+  exports.Set("attachEngine", Napi::Function::New(env, strata::addon::EngineBinding::AttachShared, "attachEngine"));
   return exports;
 }
 

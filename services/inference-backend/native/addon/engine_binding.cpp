@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <unordered_map>
 
 #include "js_errors.h"
 #include "strata/coded_error.h"
@@ -12,7 +13,14 @@
 namespace strata::addon {
 namespace {
 
-Napi::FunctionReference* g_constructor = nullptr;
+// NativeEngine's constructor in `env` (Define() keeps one per environment).
+Napi::Object new_engine_object(Napi::Env env) { return env.GetInstanceData<Napi::FunctionReference>()->New({}); }
+
+// Runners that share() named, for attachEngine() on other threads. Weak: a runner lives as long
+// as a NativeEngine of some thread holds it.
+std::mutex g_shared_mu;
+std::unordered_map<uint64_t, std::weak_ptr<SharedEngine>> g_shared;
+uint64_t g_next_key = 1;
 
 int32_t get_int(const Napi::Object& o, const char* key, int32_t fallback) {
   Napi::Value v = o.Get(key);
@@ -76,7 +84,7 @@ class LoadWorker : public Napi::AsyncWorker {
       deferred_.Reject(to_js_error(env, error_).Value());
       return;
     }
-    Napi::Object engine = g_constructor->New({});
+    Napi::Object engine = new_engine_object(env);
     EngineBinding::Unwrap(engine)->Adopt(std::move(runner_), on_steps_.Value());
     deferred_.Resolve(engine);
   }
@@ -313,10 +321,11 @@ Napi::Function EngineBinding::Define(Napi::Env env) {
                                        InstanceMethod<&EngineBinding::Info>("info"),
                                        InstanceMethod<&EngineBinding::Close>("close"),
                                        InstanceMethod<&EngineBinding::ResumeSteps>("resumeSteps"),
+                                       InstanceMethod<&EngineBinding::Share>("share"),
                                        InstanceMethod<&EngineBinding::LoadGrammar>("loadGrammar"),
                                        InstanceMethod<&EngineBinding::CompileConstraint>("compileConstraint"),
                                    });
-  g_constructor = new Napi::FunctionReference(Napi::Persistent(cls));
+  env.SetInstanceData(new Napi::FunctionReference(Napi::Persistent(cls)));
   return cls;
 }
 
@@ -331,36 +340,111 @@ Napi::Value EngineBinding::Load(const Napi::CallbackInfo& info) {
   return promise;
 }
 
-EngineBinding::EngineBinding(const Napi::CallbackInfo& info) : Napi::ObjectWrap<EngineBinding>(info) {}
-
-// Only reached after close() (the object is Ref'd while its loop runs) or at environment
-// teardown; the runner's destructor stops and joins a loop that still runs.
-EngineBinding::~EngineBinding() = default;
-
-void EngineBinding::Adopt(std::unique_ptr<EngineRunner> runner, Napi::Function on_steps) {
-  runner_ = std::move(runner);
-  on_steps_ = Napi::ThreadSafeFunction::New(Env(), on_steps, "strata-engine-step", /*max queue*/ 0, 1);
-  Ref();
-  runner_->start([this] { return ScheduleDelivery(); });
-}
-
-bool EngineBinding::ScheduleDelivery() {
-  auto* ref = new std::shared_ptr<StepQueue>(runner_->steps());
-  if (on_steps_.NonBlockingCall(ref, DeliverSteps) != napi_ok) {
+bool ConsumerState::notify() {
+  std::lock_guard lock(mu);
+  if (!open || !queue) return false;
+  auto* ref = new std::shared_ptr<StepQueue>(queue);
+  if (tsfn.NonBlockingCall(ref, DeliverSteps) != napi_ok) {
     delete ref;  // closing: nothing will read the queue again
     return false;
   }
   return true;
 }
 
+bool ConsumerState::shut() {
+  std::lock_guard lock(mu);
+  const bool was = open;
+  open = false;
+  return was;
+}
+
+Napi::Value EngineBinding::AttachShared(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsNumber() || !info[1].IsFunction()) {
+    throw_js_error(env, "STRATA_INVALID_CONFIG", "attachEngine(key, onSteps): a key from share() and a function required");
+  }
+  const double key = info[0].As<Napi::Number>().DoubleValue();
+  std::shared_ptr<SharedEngine> shared;
+  {
+    std::lock_guard lock(g_shared_mu);
+    auto it = key >= 1 ? g_shared.find(static_cast<uint64_t>(key)) : g_shared.end();
+    if (it != g_shared.end()) shared = it->second.lock();
+  }
+  if (!shared || shared->runner->stopping()) {
+    throw_js_error(env, "STRATA_ENGINE_CLOSED", "no engine is shared under key " + std::to_string(key) + " (closed?)");
+  }
+  Napi::Object engine = new_engine_object(env);
+  try {
+    EngineBinding::Unwrap(engine)->Attach(std::move(shared), info[1].As<Napi::Function>());
+  } catch (const Napi::Error&) {
+    throw;
+  } catch (...) {
+    throw to_js_error(env, capture_current_error());  // every consumer index taken, or closed meanwhile
+  }
+  return engine;
+}
+
+EngineBinding::EngineBinding(const Napi::CallbackInfo& info) : Napi::ObjectWrap<EngineBinding>(info) {}
+
+// Only reached after close() (the object is Ref'd while it is open) or at environment teardown:
+// an attached engine detaches (its live requests are aborted; its threadsafe function goes with
+// the environment); the loading one's runner, once no other thread holds it, stops and joins a
+// loop that still runs.
+EngineBinding::~EngineBinding() {
+  if (!closed_ && shared_ && !primary()) {
+    state_->shut();
+    runner().detach(consumer_);
+  }
+}
+
+void EngineBinding::Connect(Napi::Function on_steps, std::shared_ptr<StepQueue> queue) {
+  std::shared_ptr<ConsumerState> state = state_;
+  Napi::ThreadSafeFunction tsfn = Napi::ThreadSafeFunction::New(Env(), on_steps, "strata-engine-step", /*max queue*/ 0, 1,
+                                                                [state](Napi::Env) { state->shut(); });
+  std::lock_guard lock(state_->mu);
+  state_->tsfn = tsfn;
+  state_->queue = std::move(queue);
+}
+
+void EngineBinding::Adopt(std::unique_ptr<EngineRunner> runner, Napi::Function on_steps) {
+  shared_ = std::make_shared<SharedEngine>();
+  shared_->runner = std::move(runner);
+  Connect(on_steps, shared_->runner->steps());
+  Ref();
+  std::shared_ptr<ConsumerState> state = state_;
+  shared_->runner->start([state] { return state->notify(); });
+}
+
+void EngineBinding::Attach(std::shared_ptr<SharedEngine> shared, Napi::Function on_steps) {
+  // No step can come for this consumer before its first submit, so it attaches before its
+  // threadsafe function exists.
+  std::shared_ptr<ConsumerState> state = state_;
+  consumer_ = shared->runner->attach([state] { return state->notify(); });
+  shared_ = std::move(shared);
+  Connect(on_steps, runner().steps_of(consumer_));
+  Ref();
+}
+
+Napi::Value EngineBinding::Share(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (closed_ || !shared_) throw_js_error(env, "STRATA_ENGINE_CLOSED", "the engine is closed");
+  std::lock_guard lock(g_shared_mu);
+  if (shared_->key == 0) {
+    shared_->key = g_next_key++;
+    g_shared[shared_->key] = shared_;
+  }
+  for (auto it = g_shared.begin(); it != g_shared.end();) it = it->second.expired() ? g_shared.erase(it) : std::next(it);
+  return Napi::Number::New(env, static_cast<double>(shared_->key));
+}
+
 Napi::Value EngineBinding::ResumeSteps(const Napi::CallbackInfo& info) {
-  if (!closed_ && runner_ && runner_->steps()->resume()) ScheduleDelivery();
+  if (!closed_ && shared_ && state_->queue->resume()) state_->notify();
   return info.Env().Undefined();
 }
 
 Napi::Value EngineBinding::Submit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (closed_ || !runner_) throw_js_error(env, "STRATA_ENGINE_CLOSED", "the engine is closed");
+  if (closed_ || !shared_) throw_js_error(env, "STRATA_ENGINE_CLOSED", "the engine is closed");
   if (!info[0].IsObject()) throw_js_error(env, "STRATA_INVALID_PARAM", "submit(request): request object required");
   Napi::Object r = info[0].As<Napi::Object>();
   Request req;
@@ -386,7 +470,7 @@ Napi::Value EngineBinding::Submit(const Napi::CallbackInfo& info) {
     req.constraint = std::move(box->constraint);
   }
   try {
-    runner_->engine().submit(std::move(req));
+    runner().submit(consumer_, std::move(req));
   } catch (...) {
     throw to_js_error(env, capture_current_error());  // a refused request's constraint is dropped with it
   }
@@ -395,11 +479,11 @@ Napi::Value EngineBinding::Submit(const Napi::CallbackInfo& info) {
 
 Napi::Value EngineBinding::LoadGrammar(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (closed_ || !runner_) throw_js_error(env, "STRATA_ENGINE_CLOSED", "the engine is closed");
+  if (closed_ || !shared_) throw_js_error(env, "STRATA_ENGINE_CLOSED", "the engine is closed");
   if (!info[0].IsString()) throw_js_error(env, "STRATA_INVALID_CONFIG", "loadGrammar(tokenizerJson, eosTokenIds): a string");
   GrammarOptions o;
   o.tokenizer_json = info[0].As<Napi::String>().Utf8Value();
-  const ModelConfig& m = runner_->backend().config();
+  const ModelConfig& m = runner().backend().config();
   o.vocab_size = m.vocab_size;
   o.eos_token_ids = m.eos_token_ids;
   if (info[1].IsArray()) {
@@ -409,8 +493,12 @@ Napi::Value EngineBinding::LoadGrammar(const Napi::CallbackInfo& info) {
       if (std::find(o.eos_token_ids.begin(), o.eos_token_ids.end(), t) == o.eos_token_ids.end()) o.eos_token_ids.push_back(t);
     }
   }
-  auto* worker = new GrammarLoadWorker(env, info.This().As<Napi::Object>(), std::move(o),
-                                       [this](std::shared_ptr<Grammar> g) { grammar_ = std::move(g); });
+  // The vocabulary is the runner's: every thread's engine compiles against it.
+  std::shared_ptr<SharedEngine> shared = shared_;
+  auto* worker = new GrammarLoadWorker(env, info.This().As<Napi::Object>(), std::move(o), [shared](std::shared_ptr<Grammar> g) {
+    std::lock_guard lock(shared->mu);
+    shared->grammar = std::move(g);
+  });
   Napi::Promise promise = worker->Promise();
   worker->Queue();
   return promise;
@@ -418,7 +506,12 @@ Napi::Value EngineBinding::LoadGrammar(const Napi::CallbackInfo& info) {
 
 Napi::Value EngineBinding::CompileConstraint(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!grammar_) {
+  std::shared_ptr<Grammar> grammar;
+  if (shared_) {
+    std::lock_guard lock(shared_->mu);
+    grammar = shared_->grammar;
+  }
+  if (!grammar) {
     throw_js_error(env, grammar_available() ? "STRATA_INVALID_CONFIG" : errc::kGrammarUnavailable,
                    grammar_available() ? "compileConstraint() before loadGrammar()"
                                        : "this engine was built without llguidance (no cargo at build time)");
@@ -426,7 +519,7 @@ Napi::Value EngineBinding::CompileConstraint(const Napi::CallbackInfo& info) {
   if (!info[0].IsString() || !info[1].IsString()) {
     throw_js_error(env, "STRATA_INVALID_PARAM", "compileConstraint(kind, data): two strings");
   }
-  auto* worker = new CompileWorker(env, grammar_, info[0].As<Napi::String>().Utf8Value(),
+  auto* worker = new CompileWorker(env, std::move(grammar), info[0].As<Napi::String>().Utf8Value(),
                                    info[1].As<Napi::String>().Utf8Value());
   Napi::Promise promise = worker->Promise();
   worker->Queue();
@@ -435,15 +528,16 @@ Napi::Value EngineBinding::CompileConstraint(const Napi::CallbackInfo& info) {
 
 Napi::Value EngineBinding::Abort(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (closed_ || !runner_) return Napi::Boolean::New(env, false);
-  uint64_t id = static_cast<uint64_t>(info[0].ToNumber().DoubleValue());
-  return Napi::Boolean::New(env, runner_->engine().abort(id, parse_abort_reason(info[1])));
+  if (closed_ || !shared_) return Napi::Boolean::New(env, false);
+  const double id = info[0].ToNumber().DoubleValue();
+  if (!(id >= 0)) return Napi::Boolean::New(env, false);
+  return Napi::Boolean::New(env, runner().abort(consumer_, static_cast<uint64_t>(id), parse_abort_reason(info[1])));
 }
 
 Napi::Value EngineBinding::Stats(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!runner_) throw_js_error(env, "STRATA_ENGINE_CLOSED", "the engine is closed");
-  EngineStats s = runner_->engine().stats();
+  if (!shared_) throw_js_error(env, "STRATA_ENGINE_CLOSED", "the engine is closed");
+  EngineStats s = runner().engine().stats();
   Napi::Object o = Napi::Object::New(env);
   o.Set("numWaiting", s.num_waiting);
   o.Set("numRunning", s.num_running);
@@ -469,10 +563,10 @@ Napi::Value EngineBinding::Stats(const Napi::CallbackInfo& info) {
 
 Napi::Value EngineBinding::Info(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!runner_) throw_js_error(env, "STRATA_ENGINE_CLOSED", "the engine is closed");
-  const ModelConfig& m = runner_->backend().config();
-  const EngineConfig& c = runner_->engine().config();
-  const RunnerInfo& loaded = runner_->info();
+  if (!shared_) throw_js_error(env, "STRATA_ENGINE_CLOSED", "the engine is closed");
+  const ModelConfig& m = runner().backend().config();
+  const EngineConfig& c = runner().engine().config();
+  const RunnerInfo& loaded = runner().info();
   Napi::Object model = Napi::Object::New(env);
   model.Set("architecture", m.architecture);
   model.Set("vocabSize", m.vocab_size);
@@ -518,11 +612,19 @@ Napi::Value EngineBinding::Close(const Napi::CallbackInfo& info) {
     return done.Promise();
   }
   closed_ = true;
-  runner_->stop();
-  auto* worker = new CloseWorker(env, runner_.get(), [this] { Unref(); });
+  if (state_->shut()) state_->tsfn.Release();
+  if (!primary()) {
+    // Another thread's engine: only this consumer ends; its live requests are aborted.
+    runner().detach(consumer_);
+    Unref();
+    auto done = Napi::Promise::Deferred::New(env);
+    done.Resolve(env.Undefined());
+    return done.Promise();
+  }
+  runner().stop();
+  auto* worker = new CloseWorker(env, &runner(), [this] { Unref(); });
   Napi::Promise promise = worker->Promise();
   worker->Queue();
-  on_steps_.Release();
   return promise;
 }
 

@@ -86,9 +86,32 @@ export class Engine {
   ) {}
 
   static async load(options: EngineOptions, addon: NativeAddon = loadNativeAddon()): Promise<Engine> {
+    const steps = Engine.deliveries();
+    const native = await addon.loadEngine(options, steps.onSteps).catch((err: unknown) => {
+      throw asEngineError(err);
+    });
+    return steps.bind(native);
+  }
+
+  /**
+   * This thread's own engine on one another thread loaded (its share() key): requests submitted
+   * here stream here, on this thread's event loop. Throws EngineError STRATA_ENGINE_CLOSED when
+   * that engine is closed.
+   */
+  static attach(key: number, addon: NativeAddon = loadNativeAddon()): Engine {
+    const steps = Engine.deliveries();
+    try {
+      return steps.bind(addon.attachEngine(key, steps.onSteps));
+    } catch (err) {
+      throw asEngineError(err);
+    }
+  }
+
+  /** The onSteps callback for a native engine not yet made, and the binding of the two. */
+  private static deliveries() {
     let engine: Engine | undefined;
-    const native = await addon
-      .loadEngine(options, (steps) => {
+    return {
+      onSteps: (steps: NativeStep[]) => {
         // A delivery always follows a submit, so `engine` is set by the time one arrives.
         try {
           for (const step of steps) engine?.dispatch(step);
@@ -96,12 +119,17 @@ export class Engine {
           // The next delivery waits for the next event-loop turn: timers and sockets run between.
           setImmediate(() => engine?.native.resumeSteps());
         }
-      })
-      .catch((err: unknown) => {
-        throw asEngineError(err);
-      });
-    engine = new Engine(native, native.info());
-    return engine;
+      },
+      bind: (native: NativeEngine) => {
+        engine = new Engine(native, native.info());
+        return engine;
+      },
+    };
+  }
+
+  /** The key other threads attach() to this engine with. */
+  share(): number {
+    return this.native.share();
   }
 
   /**
@@ -175,7 +203,10 @@ export class Engine {
     return this.streams.size;
   }
 
-  /** Fails every live stream with STRATA_ENGINE_CLOSED and stops the engine loop. */
+  /**
+   * Fails every live stream with STRATA_ENGINE_CLOSED and stops the engine loop; an attached
+   * engine only detaches its thread (the engine runs on for the others).
+   */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;

@@ -11,6 +11,7 @@
 
 #include "strata/coded_error.h"
 #include "strata/cpu_backend.h"
+#include "strata/errors.h"
 #include "strata/model_config.h"
 #ifdef STRATA_WITH_CUDA
 #include "strata/cuda_backend.h"
@@ -152,14 +153,15 @@ EngineRunner::~EngineRunner() {
 
 void EngineRunner::start(std::function<bool()> notify) {
   if (thread_.joinable()) throw CodedError("STRATA_ENGINE_ERROR", "the engine loop is already running");
-  thread_ = std::thread([this, notify = std::move(notify)] { loop(notify); });
+  router_.set_primary(std::move(notify));
+  thread_ = std::thread([this] { loop(); });
 #if defined(__linux__)
   // Named at once, so top -H and /proc/<pid>/task show it from the start.
   pthread_setname_np(thread_.native_handle(), "strata-engine");
 #endif
 }
 
-void EngineRunner::loop(const std::function<bool()>& notify) {
+void EngineRunner::loop() {
   Engine& engine = *engine_;
   while (!stopping_.load()) {
     if (!engine.wait_for_work(std::chrono::milliseconds(100))) continue;
@@ -174,9 +176,10 @@ void EngineRunner::loop(const std::function<bool()>& notify) {
     // A step that ran a forward goes to the consumer even without output (a prefill chunk),
     // for its metrics.
     if (fatal || out.num_batched_tokens > 0 || !out.aborted.empty()) {
-      const StepQueue::Pushed pushed = steps_->push(std::move(message));
-      if (pushed == StepQueue::Pushed::kClosed) break;
-      if (pushed == StepQueue::Pushed::kNotify && !notify()) break;
+      std::vector<uint64_t> orphans;  // live requests of consumers found gone
+      const bool go_on = router_.route(std::move(message), orphans);
+      for (uint64_t id : orphans) engine.abort(id, FinishReason::kAbort);
+      if (!go_on) break;
     }
     if (fatal) break;
   }
@@ -185,7 +188,45 @@ void EngineRunner::loop(const std::function<bool()>& notify) {
 void EngineRunner::stop() {
   stopping_.store(true);
   if (engine_) engine_->wake();
-  steps_->close();  // a push waiting for room returns
+  router_.close({"STRATA_ENGINE_CLOSED", "the engine was closed while the request ran"});  // a push waiting for room returns
+}
+
+void EngineRunner::submit(int consumer, Request request) {
+  if (request.id > StepRouter::kMaxLocalId) {
+    throw EngineError(errc::kInvalidParam, "request id must be at most " + std::to_string(StepRouter::kMaxLocalId) +
+                                               ", got " + std::to_string(request.id));
+  }
+  if (stopping()) throw CodedError("STRATA_ENGINE_CLOSED", "the engine is closed");
+  request.id = StepRouter::engine_id(consumer, request.id);
+  const uint64_t id = request.id;
+  switch (router_.claim(id)) {
+    case StepRouter::Claim::kClaimed: break;
+    case StepRouter::Claim::kDetached:
+      throw CodedError("STRATA_ENGINE_CLOSED", "this event loop is detached from the engine");
+    case StepRouter::Claim::kDuplicate:
+      throw EngineError(errc::kDuplicateRequest,
+                        "request id " + std::to_string(StepRouter::local_id(id)) + " is already running");
+  }
+  try {
+    engine_->submit(std::move(request));
+  } catch (...) {
+    router_.unclaim(id);
+    throw;
+  }
+}
+
+bool EngineRunner::abort(int consumer, uint64_t id, FinishReason reason) {
+  if (id > StepRouter::kMaxLocalId) return false;
+  return engine_->abort(StepRouter::engine_id(consumer, id), reason);
+}
+
+int EngineRunner::attach(StepRouter::Notify notify) {
+  if (stopping()) throw CodedError("STRATA_ENGINE_CLOSED", "the engine is closed");
+  return router_.attach(std::move(notify));
+}
+
+void EngineRunner::detach(int consumer) {
+  for (uint64_t id : router_.detach(consumer)) engine_->abort(id, FinishReason::kAbort);
 }
 
 void EngineRunner::join() {

@@ -37,6 +37,20 @@ void StepQueue::close() {
   room_.notify_all();
 }
 
+bool StepQueue::close_with(StepMessage last) {
+  bool tell = false;
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) return false;
+    steps_.push_back(std::move(last));
+    closed_ = true;
+    tell = !told_;
+    told_ = true;
+  }
+  room_.notify_all();
+  return tell;
+}
+
 bool StepQueue::closed() const {
   std::lock_guard lock(mu_);
   return closed_;

@@ -223,4 +223,90 @@ TEST_CASE("a consumer that is gone (notify false) ends the loop") {
   CHECK(runner->engine().stats().num_steps < 50);
 }
 
+// Everything one consumer was handed, by its own ids.
+struct Received {
+  std::map<uint64_t, std::vector<int32_t>> tokens;
+  std::map<uint64_t, FinishReason> finish;
+  std::string fatal;
+  void take(StepQueue& q) {
+    do {
+      for (const StepMessage& m : q.take()) {
+        if (!m.fatal.code.empty()) fatal = m.fatal.code;
+        for (const TokenEvent& e : m.output.tokens) {
+          tokens[e.request_id].push_back(e.token);
+          if (e.finish_reason != FinishReason::kNone) finish[e.request_id] = e.finish_reason;
+        }
+        for (const FinishedRequest& a : m.output.aborted) finish[a.request_id] = a.reason;
+      }
+    } while (q.resume());
+  }
+};
+
+TEST_CASE("two consumers: each gets its own requests under its own ids, and a detach aborts the rest") {
+  auto runner = EngineRunner::load(tiny());
+  Consumer first, second;
+  runner->start([&] { return first.notify(); });
+  const int k = runner->attach([&] { return second.notify(); });
+  CHECK_EQ(k, 1);
+  // The same id in both: no clash, and greedy decoding gives both the same tokens.
+  runner->submit(0, request(1, 6));
+  runner->submit(k, request(1, 6));
+  runner->submit(k, request(2, 4));
+  Received a, b;
+  for (int i = 0; i < 500 && (a.finish.size() < 1 || b.finish.size() < 2); ++i) {
+    a.take(*runner->steps());
+    b.take(*runner->steps_of(k));
+    std::this_thread::sleep_for(2ms);
+  }
+  CHECK_EQ(a.tokens.size(), size_t{1});
+  CHECK_EQ(a.tokens[1].size(), size_t{6});
+  CHECK(b.tokens[1] == a.tokens[1]);
+  CHECK_EQ(b.tokens[2].size(), size_t{4});
+  CHECK(b.finish[2] == FinishReason::kLength);
+  CHECK(second.notified >= 1);
+  // An id beyond the consumer's range, a duplicate of its own, and an abort of another's id.
+  CHECK_THROWS(runner->submit(k, request(StepRouter::kMaxLocalId + 1, 1)));
+  runner->submit(k, request(3, 400));
+  CHECK_THROWS(runner->submit(k, request(3, 1)));
+  CHECK(!runner->abort(0, 3, FinishReason::kAbort));  // consumer 0 has no request 3
+  runner->detach(k);                                   // request 3 is aborted for it
+  // Consumer 0 gets every step (the forward's counts): it must keep taking for the loop to go on.
+  for (int i = 0; i < 500 && runner->engine().stats().finished_abort < 1; ++i) {
+    a.take(*runner->steps());
+    std::this_thread::sleep_for(2ms);
+  }
+  CHECK_EQ(runner->engine().stats().finished_abort, int64_t{1});
+  CHECK(runner->steps_of(k) == nullptr);
+  try {
+    runner->submit(k, request(4, 1));
+    CHECK(false);
+  } catch (const CodedError& e) {
+    CHECK_STR_EQ(e.code(), "STRATA_ENGINE_CLOSED");
+  }
+  runner->stop();
+  runner->join();
+}
+
+TEST_CASE("stop(): an attached consumer's last step fails with STRATA_ENGINE_CLOSED") {
+  auto runner = EngineRunner::load(tiny());
+  Consumer first, second;
+  runner->start([&] { return first.notify(); });
+  const int k = runner->attach([&] { return second.notify(); });
+  std::shared_ptr<StepQueue> queue = runner->steps_of(k);
+  runner->submit(k, request(1, 400));
+  CHECK(second.wait_notified(1));
+  runner->stop();
+  runner->join();
+  Received b;
+  b.take(*queue);
+  CHECK_STR_EQ(b.fatal, "STRATA_ENGINE_CLOSED");
+  CHECK(b.finish.empty());
+  try {
+    runner->attach([] { return true; });
+    CHECK(false);
+  } catch (const CodedError& e) {
+    CHECK_STR_EQ(e.code(), "STRATA_ENGINE_CLOSED");
+  }
+}
+
 TEST_MAIN()

@@ -14,6 +14,7 @@
 #include "strata/engine.h"
 #include "strata/model_backend.h"
 #include "strata/step_queue.h"
+#include "strata/step_router.h"
 
 namespace strata {
 
@@ -78,26 +79,42 @@ class EngineRunner {
   Engine& engine() { return *engine_; }
   const ModelBackend& backend() const { return *backend_; }
   const RunnerInfo& info() const { return info_; }
-  const std::shared_ptr<StepQueue>& steps() const { return steps_; }
+  // Consumer 0's steps (start()'s consumer).
+  std::shared_ptr<StepQueue> steps() const { return router_.queue(0); }
+
+  // Requests of consumer k, by its own ids (StepRouter): submit throws STRATA_INVALID_PARAM for
+  // an id over StepRouter::kMaxLocalId, STRATA_ENGINE_CLOSED once the loop is stopping or when k
+  // is not attached, and the engine's own errors. abort: false when the id is not live.
+  void submit(int consumer, Request request);
+  bool abort(int consumer, uint64_t id, FinishReason reason);
+  // Another consumer of the steps (another event loop): its index, for submit/abort/steps_of.
+  int attach(StepRouter::Notify notify);
+  // Consumer k is gone: it gets nothing more, and its live requests are aborted.
+  void detach(int consumer);
+  // Consumer k's steps; nullptr when k is not attached.
+  std::shared_ptr<StepQueue> steps_of(int consumer) const { return router_.queue(consumer); }
+  bool stopping() const { return stopping_.load(); }
 
   // Starts the loop thread ("strata-engine"). Every step that ran a forward pass, aborted
-  // requests or failed goes to steps(); `notify` is called on the loop thread when the consumer
-  // should take them (StepQueue::Pushed::kNotify), and returning false (the consumer is gone)
-  // ends the loop. A step that throws is handed over with `fatal` set and ends the loop.
+  // requests or failed goes to steps(), and each attached consumer's share to its own queue
+  // (StepRouter); `notify` is called on the loop thread when consumer 0 should take them
+  // (StepQueue::Pushed::kNotify), and returning false (the consumer is gone) ends the loop. A
+  // step that throws is handed over with `fatal` set and ends the loop.
   void start(std::function<bool()> notify);
-  // Any thread: asks the loop to end and closes the queue; returns at once.
+  // Any thread: asks the loop to end and closes the queues (attached consumers get a last step
+  // failing with STRATA_ENGINE_CLOSED); returns at once.
   void stop();
   // Waits for the loop thread (after stop(), or after a fatal step).
   void join();
 
  private:
   EngineRunner() = default;
-  void loop(const std::function<bool()>& notify);
+  void loop();
 
   std::unique_ptr<ModelBackend> backend_;
   std::unique_ptr<Engine> engine_;
   RunnerInfo info_;
-  std::shared_ptr<StepQueue> steps_ = std::make_shared<StepQueue>();
+  StepRouter router_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
 };

@@ -42,6 +42,9 @@ class StepQueue {
   bool resume();
   // Any thread: a waiting push returns kClosed, and so does every later one.
   void close();
+  // Any thread: appends `last` without waiting for room, then closes. True when the consumer
+  // should be told now (it was not told already); false when it was, or the queue was closed.
+  bool close_with(StepMessage last);
   bool closed() const;
 
  private:
