@@ -239,6 +239,13 @@ describe.each([
 });
 
 describe('production values', () => {
+  it("passes a model's HTTP event loops to the backend only when set", () => {
+    const env = (docs: K8sObject[]) =>
+      envOf(container(byName(docs, 'Deployment', 'strata-backend-llama-3-8b'), 'backend'));
+    expect(env(production).STRATA_HTTP_WORKERS).toBe('4');
+    expect(env(defaults).STRATA_HTTP_WORKERS).toBeUndefined();
+  });
+
   it('hands backend replicas to KEDA on vllm:num_requests_waiting', () => {
     const scaled = ofKind(production, 'ScaledObject');
     expect(scaled).toHaveLength(2);

@@ -74,6 +74,8 @@ const result = await esbuild.build({
     main: join(pkg, 'src/main.ts'),
     // encoder-worker.ts starts it as './tokenizer-worker.js' beside itself: every chunk is in OUT.
     'tokenizer-worker': join(pkg, 'src/model/tokenizer-worker.ts'),
+    // http-workers.ts starts it as './http-worker.js' beside itself (STRATA_HTTP_WORKERS).
+    'http-worker': join(pkg, 'src/inference/http-worker.ts'),
     'http-latency': join(pkg, 'bench/http-latency.mjs'),
   },
   outdir: out,
@@ -110,7 +112,7 @@ cpSync(join(swaggerUiDir, 'static'), join(out, 'static'), { recursive: true });
 const outputs = Object.entries(result.metafile.outputs);
 const total = outputs.reduce((sum, [, info]) => sum + info.bytes, 0);
 console.log(
-  `bundle: ${(total / 1e6).toFixed(1)} MB of JavaScript in ${outputs.length} files (main.js, tokenizer-worker.js, ` +
+  `bundle: ${(total / 1e6).toFixed(1)} MB of JavaScript in ${outputs.length} files (main.js, tokenizer-worker.js, http-worker.js, ` +
     `http-latency.js and their shared chunks) from ${Object.keys(result.metafile.inputs).length} modules; ` +
     `tokenizers.linux-x64-gnu.node ${(statSync(join(out, 'tokenizers.linux-x64-gnu.node')).size / 1e6).toFixed(1)} MB; ` +
     `Swagger UI's assets; into ${out}`,

@@ -16,14 +16,17 @@
 #     at LATENCY_STREAMS streams on LATENCY_MODEL (its own model, tinystories-656k) and backend;
 #     with --latency-cuda-streams N (N > 0), again at N streams on the service's own model and
 #     the CUDA backend: the HTTP layer at a GPU model's token rate, its CPUs free of the engine;
+#     with --latency-http-workers W (W > 1) too, that CUDA run once more with W event loops
+#     (STRATA_HTTP_WORKERS), right after the one-loop run, into PREFIX.http-latency-cuda-wW.*;
 #  7. PREFIX.json: the load, the benchmark and, given --engine-json, the engine alone's result on
 #     the same workload, side by side; PREFIX.summary: one line of it.
 # Also PREFIX.service.log, PREFIX.load.json, PREFIX.metrics.txt (the last scrape),
-# PREFIX.http-latency.json and .log (and PREFIX.http-latency-cuda.*). Exit status 0 when every
+# PREFIX.http-latency.json and .log (and PREFIX.http-latency-cuda*.*). Exit status 0 when every
 # part passed.
 #   bash scripts/device/service-run.sh --bundle DIR --backend cpu|cuda --model DIR --out PREFIX
 #     [--streams 64] [--requests N] [--prompt 1024] [--max-tokens 128] [--ready-timeout 300]
 #     [--latency-model DIR] [--latency-streams 256] [--latency-backend cpu] [--latency-cuda-streams 0]
+#     [--latency-http-workers 1]
 #     [--engine-json FILE]
 #     [--port 18080] [--work DIR]   (also STRATA_* service settings from the environment)
 set -uo pipefail
@@ -31,7 +34,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=scripts/device/gpu-env.sh
 source "$here/gpu-env.sh"
 bundle="" backend="" model="" out="" streams=64 requests="" prompt=1024 max_tokens=128 ready_timeout=300
-latency_model="" latency_streams=256 latency_backend=cpu latency_cuda_streams=0 engine_json="" port=18080
+latency_model="" latency_streams=256 latency_backend=cpu latency_cuda_streams=0 latency_http_workers=1
+engine_json="" port=18080
 work=${STRATA_SERVICE_WORK:-/tmp/strata-service}
 while [ $# -gt 0 ]; do
   case $1 in
@@ -48,6 +52,7 @@ while [ $# -gt 0 ]; do
     --latency-streams) latency_streams=$2 ;;
     --latency-backend) latency_backend=$2 ;;
     --latency-cuda-streams) latency_cuda_streams=$2 ;;
+    --latency-http-workers) latency_http_workers=$2 ;;
     --engine-json) engine_json=$2 ;;
     --port) port=$2 ;;
     --work) work=$2 ;;
@@ -127,6 +132,11 @@ const read = (f) => (f && fs.existsSync(f) ? JSON.parse(fs.readFileSync(f, 'utf8
 const load = read(`${prefix}.load.json`);
 const latency = read(`${prefix}.http-latency.json`);
 const latencyCuda = read(`${prefix}.http-latency-cuda.json`);
+const latencyLoops = fs
+  .readdirSync(require('node:path').dirname(prefix))
+  .map((f) => require('node:path').join(require('node:path').dirname(prefix), f))
+  .filter((f) => f.startsWith(`${prefix}.http-latency-cuda-w`) && f.endsWith('.json'))
+  .map(read);
 const engine = read(engineFile);
 const loaded = fs.readFileSync(`${prefix}.service.log`, 'utf8').split('\n').find((l) => l.includes('"msg":"model loaded"'));
 const result = {
@@ -139,6 +149,7 @@ const result = {
   engine_alone: engine,
   http_latency: latency,
   http_latency_cuda: latencyCuda,
+  http_latency_cuda_http_workers: latencyLoops,
 };
 fs.writeFileSync(`${prefix}.json`, `${JSON.stringify(result, null, 2)}\n`);
 const f = (x) => (x === null || x === undefined ? '-' : Number(x).toFixed(0));
@@ -150,11 +161,12 @@ if (load)
       `KV peak ${load.server_metrics.kv_cache_usage_peak === null ? '-' : (100 * load.server_metrics.kv_cache_usage_peak).toFixed(1)}%`,
   );
 if (engine) parts.push(`engine alone: TTFT p50 ${f(engine.ttft_ms?.p50)} p99 ${f(engine.ttft_ms?.p99)} ms, ITL p50 ${engine.itl_ms?.p50?.toFixed(1)} p99 ${engine.itl_ms?.p99?.toFixed(1)} ms, ${f(engine.output_tokens_per_s)} tok/s`);
-for (const l of [latency, latencyCuda]) {
+for (const l of [latency, latencyCuda, ...latencyLoops]) {
   if (!l) continue;
   const top = l.rows.filter((r) => r.concurrency === Math.max(...l.rows.map((x) => x.concurrency)));
+  const loops = l.http_workers > 1 ? `, ${l.http_workers} loops` : '';
   for (const r of top)
-    parts.push(`http-latency ${l.backend} ${r.concurrency} ${r.client}: added/token p99 ${r.itl_added_per_token.p99.toFixed(2)} ms`);
+    parts.push(`http-latency ${l.backend}${loops} ${r.concurrency} ${r.client}: added/token p99 ${r.itl_added_per_token.p99.toFixed(2)} ms`);
 }
 fs.writeFileSync(`${prefix}.summary`, `${parts.join('; ')}\n`);
 console.log(`== ${parts.join('\n   ')}`);
@@ -239,10 +251,11 @@ stop_service
 echo "service stopped: $(grep -o '"outcome":"[a-z]*"' "$out.service.log" | tail -1)"
 
 # ---- 6. the per-token HTTP latency benchmark
-latency_bench() {  # streams, model, backend, output prefix
-  echo "== http-latency: $1 streams on $2 ($3 backend)"
+latency_bench() {  # streams, model, backend, output prefix[, event loops]
+  echo "== http-latency: $1 streams on $2 ($3 backend, ${5:-1} event loops)"
   STRATA_NATIVE_ADDON=$work/app/strata_native.node STRATA_SSE_CLIENT=$work/app/sse-client \
-    "$node" "$work/app/http-latency.js" --model "$2" --concurrency "$1" --backend "$3" --out "$4.json" > "$4.log" 2>&1
+    "$node" "$work/app/http-latency.js" --model "$2" --concurrency "$1" --backend "$3" \
+    --http-workers "${5:-1}" --out "$4.json" > "$4.log" 2>&1
   local rc=$?
   tail -n 12 "$4.log"
   return $rc
@@ -258,6 +271,10 @@ if [ "$latency_streams" != 0 ]; then
 fi
 if [ "$latency_cuda_streams" != 0 ]; then
   latency_bench "$latency_cuda_streams" "$serve" cuda "$out.http-latency-cuda" || latency_rc=$?
+  if [ "$latency_http_workers" -gt 1 ]; then
+    latency_bench "$latency_cuda_streams" "$serve" cuda "$out.http-latency-cuda-w$latency_http_workers" \
+      "$latency_http_workers" || latency_rc=$?
+  fi
 fi
 
 # ---- 7. side by side

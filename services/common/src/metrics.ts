@@ -2,7 +2,7 @@
 // metrics are named strata_*; process and Node runtime metrics keep prom-client's names.
 import { Counter, collectDefaultMetrics, Histogram, Registry } from 'prom-client';
 
-export { Counter, Gauge, Histogram, Registry } from 'prom-client';
+export { AggregatorRegistry, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 // Seconds. Finer than prom-client's default below 10 ms, where healthy hops live.
 export const LATENCY_BUCKETS_SECONDS = [
@@ -11,8 +11,18 @@ export const LATENCY_BUCKETS_SECONDS = [
 
 export interface ServiceMetrics {
   registry: Registry;
+  /**
+   * What GET /metrics answers, when not `registry` alone: a service whose requests are served on
+   * several threads (the inference backend's HTTP workers) sums their registries here.
+   */
+  exposition?: () => Promise<string>;
   httpRequests: Counter<'method' | 'route' | 'status'>;
   httpDuration: Histogram<'method' | 'route' | 'status'>;
+}
+
+/** The text GET /metrics answers with (ServiceMetrics.exposition, else the registry's). */
+export function metricsText(metrics: ServiceMetrics): Promise<string> {
+  return metrics.exposition ? metrics.exposition() : metrics.registry.metrics();
 }
 
 export function createMetrics(service: string, options: { defaultMetrics?: boolean } = {}): ServiceMetrics {

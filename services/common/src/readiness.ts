@@ -10,6 +10,7 @@ export interface ReadinessReport {
 export class Readiness {
   private readonly checks = new Map<string, { ok: boolean; detail?: string }>();
   private drainingSince: number | undefined;
+  private readonly drainListeners: (() => void)[] = [];
 
   /** Declares or updates a condition; detail says why it does not hold (or what holds). */
   set(name: string, ok: boolean, detail?: string): void {
@@ -17,7 +18,15 @@ export class Readiness {
   }
 
   startDraining(): void {
-    this.drainingSince ??= Date.now();
+    if (this.drainingSince !== undefined) return;
+    this.drainingSince = Date.now();
+    for (const listener of this.drainListeners.splice(0)) listener();
+  }
+
+  /** Calls `listener` once, when draining starts (at once if it has). */
+  onDraining(listener: () => void): void {
+    if (this.draining) listener();
+    else this.drainListeners.push(listener);
   }
 
   get draining(): boolean {

@@ -1,6 +1,6 @@
 // Starts a service process: load config, build the app, listen, announce where, and wire
 // SIGTERM to a draining shutdown.
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyListenOptions } from 'fastify';
 import type { Logger } from 'pino';
 import type { z } from 'zod';
 import { type BaseServiceConfig, ConfigError, type EnvMap, loadConfig } from './config.js';
@@ -23,6 +23,11 @@ export interface RunOptions {
   port: number;
   /** /metrics on a port of its own (serveMetricsOnOwnPort); undefined: on the API port. */
   metricsPort?: number | undefined;
+  /**
+   * Listen with SO_REUSEPORT, so that other threads of this process can listen on the same port
+   * and the kernel spreads connections among them (Linux).
+   */
+  reusePort?: boolean;
   drainTimeoutMs: number;
   cleanup?: () => Promise<void>;
 }
@@ -47,7 +52,13 @@ export async function runService(options: RunOptions): Promise<string> {
     options.metricsPort === undefined
       ? undefined
       : await serveMetricsOnOwnPort(app, options.host, options.metricsPort);
-  const address = await app.listen({ host: options.host, port: options.port });
+  // Fastify hands the options to net.Server.listen, which knows reusePort (Node >= 22.12);
+  // Fastify's own type does not list it yet.
+  const address = await app.listen({
+    host: options.host,
+    port: options.port,
+    ...(options.reusePort ? { reusePort: true } : {}),
+  } as FastifyListenOptions);
   // A machine-readable line: the local launcher and tests read the bound port from it.
   logger.info(
     { address, tracing: telemetry.enabled, ...(metricsAddress ? { metrics_address: metricsAddress } : {}) },
@@ -72,12 +83,17 @@ export interface BootOptions<S extends z.ZodType<BaseServiceConfig>> {
   fileEnv: string;
   build: (ctx: BootContext<z.output<S>>) => Promise<FastifyInstance> | FastifyInstance;
   cleanup?: () => Promise<void>;
+  /** Listen with SO_REUSEPORT (RunOptions.reusePort) for this configuration. */
+  reusePort?: (config: z.output<S>) => boolean;
 }
 
-/** The whole start-up of a service process: config → logger, metrics, tracing → app → listen. */
+/**
+ * The whole start-up of a service process: config → logger, metrics, tracing → app → listen.
+ * Returns the listening app.
+ */
 export async function bootService<S extends z.ZodType<BaseServiceConfig>>(
   options: BootOptions<S>,
-): Promise<void> {
+): Promise<FastifyInstance> {
   let config: z.output<S>;
   try {
     config = loadConfig({ schema: options.schema, envMap: options.envMap, fileEnv: options.fileEnv });
@@ -109,6 +125,8 @@ export async function bootService<S extends z.ZodType<BaseServiceConfig>>(
     port: config.port,
     metricsPort: config.metricsPort,
     drainTimeoutMs: config.drainTimeoutMs,
+    ...(options.reusePort?.(config) ? { reusePort: true } : {}),
     ...(options.cleanup ? { cleanup: options.cleanup } : {}),
   });
+  return app;
 }

@@ -17,7 +17,7 @@ import { DEFAULT_HTTP_LIMITS, type HttpLimits } from './config.js';
 import { errorBodyJsonSchema, StrataError } from './errors.js';
 import { HEADERS, requestIdFrom } from './headers.js';
 import { requestTraceId, traceRequests } from './http-span.js';
-import type { ServiceMetrics } from './metrics.js';
+import { metricsText, type ServiceMetrics } from './metrics.js';
 import { Readiness } from './readiness.js';
 import {
   answerClientError,
@@ -296,14 +296,10 @@ export async function serveMetricsOnOwnPort(
   host: string,
   port: number,
 ): Promise<string> {
-  app.addHook('onRequest', async (request, reply) => {
-    if (request.routeOptions.url !== '/metrics') return;
-    const err = new StrataError('STRATA_NOT_FOUND', `No route ${request.method} /metrics on this port.`);
-    return reply.code(err.statusCode).send(err.toBody());
-  });
+  hideMetricsRoute(app);
   const metricsApp = Fastify({ logger: false, return503OnClosing: false });
   metricsApp.get('/metrics', async (_request, reply) => {
-    const body = await app.metrics.registry.metrics();
+    const body = await metricsText(app.metrics);
     return reply.type(app.metrics.registry.contentType).send(body);
   });
   metricsApp.setNotFoundHandler((request, reply) => {
@@ -317,6 +313,15 @@ export async function serveMetricsOnOwnPort(
     await metricsApp.close();
   });
   return metricsApp.listen({ host, port });
+}
+
+/** `app`'s /metrics answers 404 like any unknown path (it is served on a port of its own). */
+export function hideMetricsRoute(app: FastifyInstance): void {
+  app.addHook('onRequest', async (request, reply) => {
+    if (request.routeOptions.url !== '/metrics') return;
+    const err = new StrataError('STRATA_NOT_FOUND', `No route ${request.method} /metrics on this port.`);
+    return reply.code(err.statusCode).send(err.toBody());
+  });
 }
 
 // /health/live, /health/ready (every readiness check) and /metrics, on every service.
@@ -344,7 +349,7 @@ function addBaseRoutes(app: FastifyInstance, readiness: Readiness, metrics: Serv
     '/metrics',
     { schema: { response: { 200: { type: 'string' }, 500: errorBodyJsonSchema } } },
     async (_request, reply) => {
-      const body = await metrics.registry.metrics();
+      const body = await metricsText(metrics);
       return reply.type(metrics.registry.contentType).send(body);
     },
   );

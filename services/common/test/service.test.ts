@@ -70,6 +70,25 @@ describe('service base', () => {
     );
   });
 
+  it('tells onDraining listeners once, at once when already draining', () => {
+    const { app } = build();
+    const told: string[] = [];
+    app.readiness.onDraining(() => told.push('early'));
+    app.readiness.startDraining();
+    app.readiness.startDraining();
+    app.readiness.onDraining(() => told.push('late'));
+    expect(told).toEqual(['early', 'late']);
+    expect(app.readiness.ready).toBe(false);
+  });
+
+  it('answers /metrics with the exposition when one is set (the registries of several threads)', async () => {
+    const { app } = build();
+    app.metrics.exposition = async () => 'strata_summed_total 3\n';
+    const res = await app.inject('/metrics');
+    expect(res.statusCode).toBe(200);
+    expect(res.body).toBe('strata_summed_total 3\n');
+  });
+
   it('echoes a client request id and makes one when absent', async () => {
     const { app } = build();
     expect(

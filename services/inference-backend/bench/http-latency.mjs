@@ -11,8 +11,10 @@
 // event-loop delay p99 and the event loop's CPU per token.
 //   STRATA_MODELS_DIR=/path/to/models node bench/http-latency.mjs [--model DIR]
 //     [--concurrency 1,64,256] [--max-tokens 64] [--threads N] [--split] [--client node,native]
-//     [--backend cpu|cuda] [--out FILE]
+//     [--backend cpu|cuda] [--http-workers N] [--out FILE]
 // --split also times each socket write, splitting the delivery into server and transport.
+// --http-workers N serves from N event loops (STRATA_HTTP_WORKERS): this thread and N - 1 worker
+// threads on the same port; the event-loop delay and CPU columns are then this thread's alone.
 // Build first (pnpm build). Prints a table and writes docs/benchmarks/http-latency.json (--out:
 // another file). STRATA_SSE_CLIENT names a prebuilt sse-client (the GPU machine's bundle).
 // Target: <= 1 ms p99 added per token at 256 streams.
@@ -182,6 +184,7 @@ async function main() {
       split: { type: 'boolean', default: false },
       client: { type: 'string', default: 'node,native' },
       backend: { type: 'string', default: 'cpu' },
+      'http-workers': { type: 'string', default: '1' },
       out: { type: 'string' },
     },
   });
@@ -195,6 +198,11 @@ async function main() {
   if (!modelDir) throw new Error('pass --model DIR or set STRATA_MODELS_DIR');
   if (values.backend !== 'cpu' && values.backend !== 'cuda')
     throw new Error(`--backend: cpu or cuda, not ${values.backend}`);
+  const httpWorkers = Number(values['http-workers']);
+  if (!Number.isInteger(httpWorkers) || httpWorkers < 1)
+    throw new Error(`--http-workers: a whole number >= 1, not ${values['http-workers']}`);
+  if (values.split && httpWorkers > 1)
+    throw new Error("--split times this thread's writes only: use --http-workers 1");
   const levels = values.concurrency.split(',').map(Number);
   const maxTokens = Number(values['max-tokens']);
 
@@ -204,6 +212,7 @@ async function main() {
   const { buildApp } = await import('../dist/app.js');
   const { configEnv, configSchema } = await import('../dist/config.js');
   const { ModelHost } = await import('../dist/inference/model-host.js');
+  const { HttpWorkerPool } = await import('../dist/inference/http-workers.js');
   const { loadNativeAddon } = await import('../dist/native.js');
 
   const config = loadConfig({
@@ -215,6 +224,7 @@ async function main() {
       STRATA_KV_CACHE_BLOCKS: '4096',
       STRATA_MAX_NUM_SEQS: '256',
       STRATA_MAX_QUEUED: '256',
+      STRATA_HTTP_WORKERS: String(httpWorkers),
       ...(values.threads ? { STRATA_ENGINE_THREADS: values.threads } : {}),
     },
   });
@@ -239,13 +249,16 @@ async function main() {
   const logger = createLogger({ service: 'inference-backend', level: 'silent' });
   const readiness = new Readiness();
   const host = new ModelHost(config, readiness, logger, observer);
-  const app = buildApp(
-    { config, logger, metrics: createMetrics('inference-backend'), readiness },
-    { addon: loadNativeAddon(), host },
-  );
-  await app.listen({ host: '127.0.0.1', port: 0 });
+  const metrics = createMetrics('inference-backend');
+  const workers = new HttpWorkerPool({ config, logger, readiness, host, registry: metrics.registry });
+  const app = buildApp({ config, logger, metrics, readiness }, { addon: loadNativeAddon(), host });
+  await app.listen({ host: '127.0.0.1', port: 0, reusePort: httpWorkers > 1 });
   await host.start();
-  const url = `http://127.0.0.1:${app.server.address().port}`;
+  const port = app.server.address().port;
+  // The other loops (if any) on the same port; their requests' records reach `observer` here.
+  await workers.start(host.get().share(), '127.0.0.1', port);
+  if (!readiness.ready) throw new Error(`not ready: ${JSON.stringify(readiness.report().checks)}`);
+  const url = `http://127.0.0.1:${port}`;
   // Records are on performance.now()'s clock, the client's on the process-wide monotonic clock.
   const toHr = hrMs() - performance.now();
 
@@ -356,12 +369,14 @@ async function main() {
     }
   const engineThreads = host.get().engine.info.threads;
   await app.close();
+  await workers.drain();
   await host.close();
   const floor = await socketWriteFloor(levels.at(-1), 200);
 
   const f = (n, w = 8) => (Number.isNaN(n) ? '-' : n.toFixed(3)).padStart(w);
   const lines = [
-    `engine threads ${engineThreads} of ${availableParallelism()} CPUs.`,
+    `engine threads ${engineThreads} of ${availableParallelism()} CPUs; ${httpWorkers} HTTP event loop(s)` +
+      (httpWorkers > 1 ? " (loop delay and CPU: the main thread's only)." : '.'),
     'all values in ms. engine = when the engine sampled each token; client = when the client parsed it',
     '(node = node:http in a worker thread; native = bench/sse-client.c in its own process).',
     'ITL added/token = (client gap - engine gap) for the same token; delivery = client time - engine time for each token.',
@@ -411,6 +426,7 @@ async function main() {
         machine: { cpu: cpus()[0]?.model, cores: availableParallelism(), node: process.version },
         model: modelDir.split('/').at(-1),
         backend: values.backend,
+        http_workers: httpWorkers,
         max_tokens: maxTokens,
         engine_threads: engineThreads,
         units: 'ms',

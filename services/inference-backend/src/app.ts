@@ -22,6 +22,11 @@ import { modelsRoutes } from './routes/openai-models.js';
 export interface BackendParts {
   addon: NativeAddon;
   host: ModelHost;
+  /**
+   * An HTTP worker thread's app (STRATA_HTTP_WORKERS): the engine's metrics and the CUDA gauge
+   * are the main thread's, which sums every loop's registry at a scrape.
+   */
+  worker?: boolean;
 }
 
 // Layer 3's HTTP face: the service base, then the inference routes, which validate with the
@@ -34,22 +39,24 @@ export function buildApp(ctx: Omit<BootContext<Config>, 'telemetry'>, parts: Bac
     readiness: ctx.readiness,
     bodyLimit: 8 * 1024 * 1024,
   });
-  const build = parts.addon.buildInfo();
-  const cuda = parts.addon.cudaInfo();
-  ctx.logger.info({ native: build, cuda }, 'native addon loaded');
-  new Gauge({
-    name: 'strata_backend_cuda_devices',
-    help: 'CUDA devices the native addon can use (0 on CPU-only machines or builds).',
-    labelNames: ['cuda_compiled'],
-    registers: [ctx.metrics.registry],
-  }).set({ cuda_compiled: String(build.cuda) }, cuda.devices.length);
+  if (!parts.worker) {
+    const build = parts.addon.buildInfo();
+    const cuda = parts.addon.cudaInfo();
+    ctx.logger.info({ native: build, cuda }, 'native addon loaded');
+    new Gauge({
+      name: 'strata_backend_cuda_devices',
+      help: 'CUDA devices the native addon can use (0 on CPU-only machines or builds).',
+      labelNames: ['cuda_compiled'],
+      registers: [ctx.metrics.registry],
+    }).set({ cuda_compiled: String(build.cuda) }, cuda.devices.length);
+  }
 
   // Before the routes: @fastify/swagger collects them as they are registered.
   registerOpenApi(app, { title: 'Strata inference backend', version: '0.1.0' });
 
   // Engine metrics (vllm:*) on the service registry, and the router's GET /load.
   const modelName = servedModelName(ctx.config);
-  registerEngineMetrics(ctx.metrics.registry, parts.host, modelName);
+  if (!parts.worker) registerEngineMetrics(ctx.metrics.registry, parts.host, modelName);
 
   app.register(async (scope) => {
     scope.setValidatorCompiler(validatorCompiler);

@@ -75,6 +75,12 @@ export const configSchema = baseServiceSchema.extend({
   identity: identityConfigSchema,
   /** Run representative requests before turning ready. */
   warmup: configFields.boolean(true),
+  /**
+   * Event loops serving HTTP, all on the one port and the one engine: the main thread and
+   * httpWorkers - 1 worker threads, each writing the streams of the connections the kernel gives
+   * it (SO_REUSEPORT, Linux). 1: the main thread alone.
+   */
+  httpWorkers: z.coerce.number().int().min(1).max(64).default(1),
 });
 export type Config = z.output<typeof configSchema>;
 
@@ -103,6 +109,7 @@ export const configEnv: EnvMap = {
   'limits.defaultMaxTokens': 'STRATA_DEFAULT_MAX_TOKENS',
   'limits.sseHeartbeatMs': 'STRATA_SSE_HEARTBEAT_MS',
   warmup: 'STRATA_WARMUP',
+  httpWorkers: 'STRATA_HTTP_WORKERS',
 };
 /** Environment variable naming an optional YAML config file. */
 export const CONFIG_FILE_ENV = 'STRATA_BACKEND_CONFIG';

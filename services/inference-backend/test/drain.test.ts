@@ -1,83 +1,29 @@
 // SIGTERM on the real service process (node dist/main.js): readiness drops at once, a stream in
 // flight still finishes with done, and the process exits 0. Uses dist/ from the package build
 // (the turbo test task runs after build); builds it here only when it is missing.
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { modelPath, optionalModel } from './support/models.js';
+import { ensureDist, type ServiceProcess, startService, waitFor } from './support/service-process.js';
 
 const tiny = optionalModel('tinystories-656k');
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const mainJs = join(root, 'dist', 'main.js');
+let service: ServiceProcess | undefined;
 
-let child: ChildProcess | undefined;
-let exited: Promise<number | null>;
-const logs: Record<string, unknown>[] = [];
-
-beforeAll(async () => {
-  if (!existsSync(mainJs)) {
-    execFileSync(
-      process.execPath,
-      [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'],
-      {
-        cwd: root,
-        stdio: 'inherit',
-      },
-    );
-  }
-}, 60_000);
-
-afterAll(() => {
-  if (child && child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-});
-
-async function waitFor<T>(what: string, poll: () => Promise<T | undefined>, timeoutMs: number): Promise<T> {
-  const until = Date.now() + timeoutMs;
-  for (let i = 0; i < 1000 && Date.now() < until; i++) {
-    const value = await poll();
-    if (value !== undefined) return value;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
+beforeAll(() => ensureDist(), 60_000);
+afterAll(() => service?.kill());
 
 describe.skipIf(!tiny.path)(`SIGTERM drain (real process)${tiny.skipped}`, () => {
   it('turns not ready, finishes the in-flight stream with done, and exits 0', async () => {
-    const proc = spawn(process.execPath, [mainJs], {
-      cwd: root,
-      env: {
-        ...process.env,
-        STRATA_MODEL_DIR: modelPath('tinystories-656k'),
-        STRATA_KV_CACHE_BLOCKS: '512',
-        STRATA_ENGINE_THREADS: '1',
-        STRATA_MAX_NUM_SEQS: '1',
-        STRATA_DRAIN_TIMEOUT_MS: '20000',
-        PORT: '0',
-        HOST: '127.0.0.1',
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
+    service = await startService({
+      STRATA_MODEL_DIR: modelPath('tinystories-656k'),
+      STRATA_KV_CACHE_BLOCKS: '512',
+      STRATA_ENGINE_THREADS: '1',
+      STRATA_MAX_NUM_SEQS: '1',
+      STRATA_DRAIN_TIMEOUT_MS: '20000',
+      PORT: '0',
+      HOST: '127.0.0.1',
     });
-    child = proc;
-    exited = new Promise((resolve) => proc.once('exit', (code) => resolve(code)));
-    const stderr: string[] = [];
-    proc.stderr?.on('data', (chunk: Buffer) => stderr.push(chunk.toString()));
-    let address: string | undefined;
-    createInterface({ input: proc.stdout as NodeJS.ReadableStream }).on('line', (line) => {
-      try {
-        const entry = JSON.parse(line) as Record<string, unknown>;
-        logs.push(entry);
-        if (entry.msg === 'listening' && typeof entry.address === 'string') address = entry.address;
-      } catch {
-        // not a log line
-      }
-    });
-    const url = await waitFor('the listening line', async () => address, 15_000).catch((err: Error) => {
-      throw new Error(`${err.message}; stderr: ${stderr.join('')}`);
-    });
+    const { proc, url, logs, exited } = service;
     await waitFor(
       '/health/ready 200',
       async () => ((await fetch(`${url}/health/ready`)).status === 200 ? true : undefined),

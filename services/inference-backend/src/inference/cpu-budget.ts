@@ -35,10 +35,11 @@ export function cpuBudget(read: ReadText = readText, cores = availableParallelis
 }
 
 /**
- * Compute threads for the CPU engine when none are configured: every CPU of the budget but one,
- * at least one. The spare CPU runs the event loop (HTTP, SSE writes, detokenization), which shares
- * the process with the engine; with all CPUs computing, the two preempt each other on every step.
+ * Compute threads for the CPU engine when none are configured: every CPU of the budget but one
+ * per event loop (STRATA_HTTP_WORKERS), at least one. The spare CPUs run the event loops (HTTP,
+ * SSE writes, detokenization), which share the process with the engine; with all CPUs computing,
+ * the two preempt each other on every step.
  */
-export function defaultEngineThreads(budget = cpuBudget()): number {
-  return Math.max(1, budget - 1);
+export function defaultEngineThreads(budget = cpuBudget(), eventLoops = 1): number {
+  return Math.max(1, budget - eventLoops);
 }

@@ -6,7 +6,7 @@ import { type Tracer, trace } from '@opentelemetry/api';
 import { type Logger, type Readiness, StrataError } from '@strata/common';
 import type { Config } from '../config.js';
 import type { ModelFiles } from '../model/model-files.js';
-import { InferenceRuntime, type RequestRecord, type RuntimeObserver } from './runtime.js';
+import { InferenceRuntime, type RequestRecord, type RuntimeObserver, type SharedRuntime } from './runtime.js';
 import { warmUp } from './warmup.js';
 
 /** How long loading the model took and how fast its weights came off the disk. */
@@ -32,7 +32,7 @@ export async function weightBytes(files: ModelFiles): Promise<number> {
 
 export class ModelHost {
   private runtime: InferenceRuntime | undefined;
-  private state = 'not started';
+  private lifecycle = 'not started';
   private closing = false;
   private report: LoadReport | undefined;
   private readonly observers: RuntimeObserver[] = [];
@@ -40,6 +40,8 @@ export class ModelHost {
   /**
    * Every finished request is logged (one line, see logFinished) and handed to the observers;
    * `tracer` (ctx.telemetry.tracer) gets a span per request, a no-op without an OTLP endpoint.
+   * With `attach` (an HTTP worker thread) start() attaches to the engine another thread loaded
+   * and warmed up instead of loading one.
    */
   constructor(
     private readonly config: Config,
@@ -47,6 +49,7 @@ export class ModelHost {
     private readonly logger: Logger,
     observer?: RuntimeObserver,
     private readonly tracer: Tracer = trace.getTracer('inference-backend'),
+    private readonly attach?: SharedRuntime,
   ) {
     if (observer) this.observers.push(observer);
     readiness.set(
@@ -54,14 +57,15 @@ export class ModelHost {
       false,
       config.modelDir ? 'loading' : 'no model configured: set STRATA_MODEL_DIR',
     );
-    if (config.warmup) readiness.set('warmup_done', false, 'waiting for the model');
+    if (config.warmup && !attach) readiness.set('warmup_done', false, 'waiting for the model');
   }
 
   /** Loads and warms up; failures are logged and leave the service live but not ready. */
   async start(): Promise<void> {
     if (!this.config.modelDir) return;
+    if (this.attach) return this.attachRuntime(this.attach);
     try {
-      this.state = 'loading';
+      this.lifecycle = 'loading';
       const started = performance.now();
       this.runtime = await InferenceRuntime.load(this.config, this.fanout, this.tracer);
       const info = this.runtime.engine.info;
@@ -108,7 +112,7 @@ export class ModelHost {
       );
       this.readiness.set('model_loaded', true, this.runtime.modelName);
       if (this.config.warmup) {
-        this.state = 'warming up';
+        this.lifecycle = 'warming up';
         this.readiness.set('warmup_done', false, 'running warmup requests');
         const report = await warmUp(this.runtime, this.logger);
         this.fanout.warmupDone?.();
@@ -118,15 +122,38 @@ export class ModelHost {
           `${report.requests} requests in ${report.seconds.toFixed(2)} s`,
         );
       }
-      this.state = 'ready';
+      this.lifecycle = 'ready';
     } catch (err) {
-      this.state = 'failed';
+      this.lifecycle = 'failed';
       const message = (err as Error).message;
       this.readiness.set('model_loaded', false, `failed to load: ${message}`);
       // A shutdown during load or warmup closes the engine under it: that is no failure.
       if (this.closing)
         this.logger.info({ reason: message }, 'model load stopped: the service is shutting down');
       else this.logger.error({ err }, 'model failed to load');
+    }
+  }
+
+  private async attachRuntime(shared: SharedRuntime): Promise<void> {
+    try {
+      this.lifecycle = 'loading';
+      this.runtime = await InferenceRuntime.attach(this.config, shared, this.fanout, this.tracer);
+      this.readiness.set('model_loaded', true, this.runtime.modelName);
+      this.lifecycle = 'ready';
+    } catch (err) {
+      this.lifecycle = 'failed';
+      this.readiness.set('model_loaded', false, `failed to attach: ${(err as Error).message}`);
+      throw err;
+    }
+  }
+
+  /**
+   * A request another event loop of this process finished or refused (it logged it): for the
+   * observers here (the metrics live on the main thread).
+   */
+  observeRemote(event: { finished: RequestRecord } | { rejected: string }): void {
+    for (const o of this.observers) {
+      this.safely(() => ('finished' in event ? o.finished(event.finished) : o.rejected(event.rejected)));
     }
   }
 
@@ -151,9 +178,14 @@ export class ModelHost {
     },
   };
 
+  /** 'not started', 'loading', 'warming up', 'ready' or 'failed'. */
+  get state(): string {
+    return this.lifecycle;
+  }
+
   /** True while the start-up warmup runs (its engine steps are not client traffic). */
   get warmingUp(): boolean {
-    return this.state === 'warming up';
+    return this.lifecycle === 'warming up';
   }
 
   private safely(fn: () => void): void {
@@ -189,8 +221,11 @@ export class ModelHost {
 
   /** The runtime for a request; 503 STRATA_NOT_READY while loading, warming up or failed. */
   get(): InferenceRuntime {
-    if (this.runtime && this.state === 'ready') return this.runtime;
-    throw new StrataError('STRATA_NOT_READY', `the model is not ready (${this.state}); see /health/ready`);
+    if (this.runtime && this.lifecycle === 'ready') return this.runtime;
+    throw new StrataError(
+      'STRATA_NOT_READY',
+      `the model is not ready (${this.lifecycle}); see /health/ready`,
+    );
   }
 
   /** The model's load time, bytes and rate, once loaded. */

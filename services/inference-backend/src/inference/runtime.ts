@@ -102,9 +102,39 @@ export interface RuntimeObserver {
   warmupDone?(): void;
 }
 
+/**
+ * Requests admitted and not yet finished, counted across every event loop of the process (one
+ * SharedArrayBuffer cell), so that admission and /load see all of them.
+ */
+export class LiveCounter {
+  private readonly cell: Int32Array;
+  constructor(readonly buffer: SharedArrayBuffer = new SharedArrayBuffer(4)) {
+    this.cell = new Int32Array(buffer, 0, 1);
+  }
+  /** Counts one more unless `capacity` are live already (then false, and nothing counted). */
+  tryAdd(capacity: number): boolean {
+    if (Atomics.add(this.cell, 0, 1) < capacity) return true;
+    Atomics.sub(this.cell, 0, 1);
+    return false;
+  }
+  release(): void {
+    Atomics.sub(this.cell, 0, 1);
+  }
+  get value(): number {
+    return Atomics.load(this.cell, 0);
+  }
+}
+
+/** What another thread needs to serve from this runtime's engine (InferenceRuntime.attach). */
+export interface SharedRuntime {
+  /** Engine.share()'s key. */
+  engineKey: number;
+  /** The LiveCounter's cell. */
+  live: SharedArrayBuffer;
+  grammar: GrammarStatus;
+}
+
 export class InferenceRuntime {
-  /** Requests admitted and not yet finished. */
-  private live = 0;
   readonly generator: TextGenerator;
 
   private constructor(
@@ -116,6 +146,8 @@ export class InferenceRuntime {
     private readonly observer: RuntimeObserver | undefined,
     private readonly tracer: Tracer,
     readonly grammar: GrammarStatus,
+    /** Admitted requests of every event loop. */
+    private readonly live: LiveCounter = new LiveCounter(),
   ) {
     this.generator = new TextGenerator(engine, tokenizer);
   }
@@ -125,15 +157,12 @@ export class InferenceRuntime {
     observer?: RuntimeObserver,
     tracer: Tracer = trace.getTracer('inference-backend'),
   ): Promise<InferenceRuntime> {
-    if (!config.modelDir)
-      throw new StrataError('STRATA_MODEL_CONFIG', 'no model configured: set STRATA_MODEL_DIR');
-    let files = await loadModelFiles(config.modelDir);
-    if (config.chatTemplate) files = await withChatTemplateSetting(files, config.chatTemplate);
+    const files = await InferenceRuntime.files(config);
     const { engine: e } = config;
     const engine = await Engine.load({
-      modelDir: config.modelDir,
+      modelDir: config.modelDir ?? files.path,
       backend: e.backend,
-      threads: e.threads || defaultEngineThreads(),
+      threads: e.threads || defaultEngineThreads(undefined, config.httpWorkers),
       numBlocks: e.numBlocks,
       kvCacheBytes: e.kvCacheBytes,
       kvMemoryFraction: e.kvMemoryFraction,
@@ -148,13 +177,7 @@ export class InferenceRuntime {
       maxModelLen: e.maxModelLen,
     });
     if (observer?.forward) engine.onForward = observer.forward.bind(observer);
-    let tokenizer: Tokenizer;
-    try {
-      tokenizer = await Tokenizer.open(files); // with its encoding worker
-    } catch (err) {
-      await engine.close();
-      throw err;
-    }
+    const tokenizer = await InferenceRuntime.tokenizer(files, engine);
     const grammar = await loadGrammar(engine, files, tokenizer);
     return new InferenceRuntime(
       engine,
@@ -166,6 +189,55 @@ export class InferenceRuntime {
       tracer,
       grammar,
     );
+  }
+
+  /**
+   * The runtime of another event loop (an HTTP worker thread) on the engine a runtime of this
+   * process loaded (its share()): the same model files and a tokenizer of its own; requests
+   * submitted here stream here; admission counts every loop's requests.
+   */
+  static async attach(
+    config: Config,
+    shared: SharedRuntime,
+    observer?: RuntimeObserver,
+    tracer: Tracer = trace.getTracer('inference-backend'),
+  ): Promise<InferenceRuntime> {
+    const files = await InferenceRuntime.files(config);
+    const engine = Engine.attach(shared.engineKey);
+    const tokenizer = await InferenceRuntime.tokenizer(files, engine);
+    return new InferenceRuntime(
+      engine,
+      tokenizer,
+      files,
+      servedModelName(config),
+      config,
+      observer,
+      tracer,
+      shared.grammar,
+      new LiveCounter(shared.live),
+    );
+  }
+
+  /** What attach() on another thread needs. */
+  share(): SharedRuntime {
+    return { engineKey: this.engine.share(), live: this.live.buffer, grammar: this.grammar };
+  }
+
+  private static async files(config: Config): Promise<ModelFiles> {
+    if (!config.modelDir)
+      throw new StrataError('STRATA_MODEL_CONFIG', 'no model configured: set STRATA_MODEL_DIR');
+    const files = await loadModelFiles(config.modelDir);
+    return config.chatTemplate ? withChatTemplateSetting(files, config.chatTemplate) : files;
+  }
+
+  /** The model's tokenizer with its encoding worker; closes `engine` when it cannot be opened. */
+  private static async tokenizer(files: ModelFiles, engine: Engine): Promise<Tokenizer> {
+    try {
+      return await Tokenizer.open(files);
+    } catch (err) {
+      await engine.close();
+      throw err;
+    }
   }
 
   /**
@@ -192,9 +264,9 @@ export class InferenceRuntime {
     return requested ?? this.config.limits.defaultMaxTokens;
   }
 
-  /** Admitted requests still running or waiting. */
+  /** Admitted requests still running or waiting, on every event loop. */
   get liveRequests(): number {
-    return this.live;
+    return this.live.value;
   }
 
   /** The model's chat template; throws STRATA_NO_CHAT_TEMPLATE when it has none. */
@@ -243,7 +315,7 @@ export class InferenceRuntime {
       span.end();
     };
     const capacity = this.capacity;
-    if (this.live >= capacity) {
+    if (!this.live.tryAdd(capacity)) {
       reject('STRATA_QUEUE_FULL');
       throw new StrataError(
         'STRATA_QUEUE_FULL',
@@ -255,6 +327,7 @@ export class InferenceRuntime {
       try {
         constraint = await this.compile(request.grammar);
       } catch (err) {
+        this.live.release();
         reject((err as { code?: string }).code ?? 'STRATA_INTERNAL');
         throw err;
       }
@@ -273,7 +346,6 @@ export class InferenceRuntime {
       clearTimeout(deadline);
       request.signal?.removeEventListener('abort', onCaller);
     };
-    this.live++;
     let events: AsyncIterableIterator<TextEvent>;
     try {
       events = await context.with(trace.setSpan(context.active(), span), () =>
@@ -295,7 +367,7 @@ export class InferenceRuntime {
         }),
       );
     } catch (err) {
-      this.live--;
+      this.live.release();
       release();
       reject((err as { code?: string }).code ?? 'STRATA_INTERNAL');
       throw err;
@@ -303,7 +375,7 @@ export class InferenceRuntime {
     span.addEvent('queued');
     if (request.signal?.aborted) onCaller();
     return guarded(this.timed(events, request, moments, span, release), () => {
-      this.live--;
+      this.live.release();
       release();
       void events.return?.();
       span.addEvent('finished', { 'strata.finish_reason': 'abort' });
@@ -360,7 +432,7 @@ export class InferenceRuntime {
       span.recordException(err as Error);
       throw err;
     } finally {
-      this.live--;
+      this.live.release();
       release();
       const end = performance.now();
       record.e2e = ms(arrival, end);
