@@ -1,5 +1,5 @@
 import type { AddressInfo } from 'node:net';
-import { bootService } from '@strata/common';
+import { bootService, ConfigError } from '@strata/common';
 import { buildApp } from './app.js';
 import { CONFIG_FILE_ENV, type Config, configEnv, configSchema } from './config.js';
 import { HttpWorkerPool } from './inference/http-workers.js';
@@ -18,6 +18,11 @@ const app = await bootService({
     config = ctx.config;
     host = new ModelHost(ctx.config, ctx.readiness, ctx.logger, undefined, ctx.telemetry.tracer);
     if (ctx.config.httpWorkers > 1) {
+      // SO_REUSEPORT spreads connections over the loops on Linux; elsewhere say so at start.
+      if (process.platform !== 'linux')
+        throw new ConfigError('environment', [
+          `httpWorkers (STRATA_HTTP_WORKERS=${ctx.config.httpWorkers}): several event loops on one port need SO_REUSEPORT as Linux has it, not ${process.platform}; use 1`,
+        ]);
       const pool = new HttpWorkerPool({
         config: ctx.config,
         logger: ctx.logger,

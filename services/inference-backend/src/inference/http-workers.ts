@@ -41,8 +41,12 @@ export type FromWorker =
 
 /** A worker that does not answer a scrape within this is left out of it. */
 const SCRAPE_TIMEOUT_MS = 2_000;
-/** A worker that exits unasked is started again after this. */
+/**
+ * A worker that exits unasked is started again after this, doubled for each exit in a row
+ * without its replacement listening, up to RESTART_DELAY_MAX_MS.
+ */
 const RESTART_DELAY_MS = 1_000;
+const RESTART_DELAY_MAX_MS = 30_000;
 
 interface Running {
   worker: Worker;
@@ -79,6 +83,8 @@ export interface HttpWorkerPoolOptions {
 
 export class HttpWorkerPool {
   private readonly workers: (Running | undefined)[];
+  /** Exits in a row of each worker without listening since (the restart back-off). */
+  private readonly failures: number[];
   private readonly scrapes = new Map<number, (json: unknown[] | undefined) => void>();
   private nextScrape = 1;
   private started: { shared: SharedRuntime; host: string; port: number } | undefined;
@@ -87,6 +93,7 @@ export class HttpWorkerPool {
 
   constructor(private readonly options: HttpWorkerPoolOptions) {
     this.workers = new Array(options.config.httpWorkers - 1).fill(undefined);
+    this.failures = this.workers.map(() => 0);
     this.script = options.script ?? new URL('./http-worker.js', import.meta.url);
     if (this.workers.length > 0) {
       options.readiness.set(
@@ -178,6 +185,7 @@ export class HttpWorkerPool {
           case 'listening':
             running.listening = true;
             running.clockShiftMs = message.clockOffsetMs - clockOffsetMs();
+            this.failures[index] = 0;
             log.info({ address: message.address, thread_id: worker.threadId }, 'http worker listening');
             this.updateReadiness();
             resolve();
@@ -218,11 +226,14 @@ export class HttpWorkerPool {
         resolve();
         if (this.draining) return;
         // Unasked: its connections are gone; a new one takes its place on the port.
-        log.error({ code }, 'http worker exited; starting another');
+        const failures = this.failures[index] ?? 0;
+        this.failures[index] = failures + 1;
+        const delayMs = Math.min(RESTART_DELAY_MS * 2 ** failures, RESTART_DELAY_MAX_MS);
+        log.error({ code, restart_in_ms: delayMs }, 'http worker exited; starting another');
         this.updateReadiness(`worker ${index + 1} exited with code ${code}; restarting`);
         setTimeout(() => {
           if (!this.draining) void this.spawn(index);
-        }, RESTART_DELAY_MS).unref();
+        }, delayMs).unref();
       });
     });
   }

@@ -71,13 +71,14 @@ int StepRouter::attach(Notify notify) {
                    "the engine serves at most " + std::to_string(kMaxConsumers) + " event loops at once");
 }
 
-std::vector<uint64_t> StepRouter::detach(int consumer) {
+std::vector<uint64_t> StepRouter::detach(int consumer, const StepQueue* expected) {
   std::shared_ptr<StepQueue> queue;
   std::vector<uint64_t> live;
   {
     std::lock_guard lock(mu_);
     if (consumer < 1 || consumer >= kMaxConsumers || !consumers_[consumer].attached) return live;
     Consumer& c = consumers_[consumer];
+    if (expected != nullptr && c.queue.get() != expected) return live;
     c.attached = false;
     c.notify = nullptr;
     queue = std::move(c.queue);
@@ -143,7 +144,7 @@ bool StepRouter::route(StepMessage message, std::vector<uint64_t>& orphans) {
     if (t.index == 0) {
       if (!push(t, std::move(part))) return false;
     } else if (has_any(part) && !push(t, std::move(part))) {
-      std::vector<uint64_t> live = detach(t.index);
+      std::vector<uint64_t> live = detach(t.index, t.queue.get());
       orphans.insert(orphans.end(), live.begin(), live.end());
     }
   }

@@ -49,7 +49,7 @@ class StepRouter {
   // Consumer k (k >= 1) is gone: its queue closes and it gets nothing more. Returns the engine
   // ids of its requests still live, for the caller to abort; its index is reused once the
   // engine has finished them all.
-  std::vector<uint64_t> detach(int consumer);
+  std::vector<uint64_t> detach(int consumer) { return detach(consumer, nullptr); }
   // Consumer k's queue; nullptr when k is not attached.
   std::shared_ptr<StepQueue> queue(int consumer) const;
   // Before submitting engine id `id`: records it as its consumer's (for detach). kDuplicate
@@ -80,6 +80,10 @@ class StepRouter {
     std::shared_ptr<StepQueue> queue;
     Notify notify;
   };
+
+  // detach(consumer), only while its queue is still `queue` when that is given: the loop found
+  // that queue gone, and its index may have been taken by a new consumer since.
+  std::vector<uint64_t> detach(int consumer, const StepQueue* queue);
 
   mutable std::mutex mu_;
   std::vector<Consumer> consumers_;
