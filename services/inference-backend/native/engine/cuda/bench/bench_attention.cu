@@ -125,7 +125,10 @@ struct Case {
     a.k_cache = k.ptr + offset;
     a.v_cache = v.ptr + offset;
     a.kernel = kernel;
-    if (merged) a.counters = counters.ptr;
+    if (merged) {
+      a.counters = counters.ptr;
+      a.merge = DecodeMerge::kInKernel;  // both ways at every batch (the backend: kAuto)
+    }
     return a;
   }
   double kv_bytes() const { return double(batch) * context * kKvHeads * kHeadDim * 2 * sizeof(__nv_bfloat16); }

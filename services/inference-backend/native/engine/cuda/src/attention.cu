@@ -1174,19 +1174,33 @@ bool decode_uses_tensor_cores(const DecodeAttentionArgs& a) {
 // the GPU short of about 16 blocks per SM, fewer (each block looping over its partitions)
 // beyond, and never under kDecodeTargetPartitions, so that contexts up to 8,192 tokens keep a
 // block per partition.
-int32_t decode_grid_partitions(const DecodeAttentionArgs& a, int32_t max_partitions) {
-  if (a.grid_partitions > 0) return std::min(a.grid_partitions, max_partitions);
-  // Asked once, on the first call (which runs eagerly, before any graph capture), so that no
-  // capture makes the query; a process's GPUs are taken to be of one kind.
+// The GPU's SMs, asked once, on the first call (which runs eagerly, before any graph capture),
+// so that no capture makes the query; a process's GPUs are taken to be of one kind.
+int decode_sms() {
   static const int sms = [] {
     int device = 0, count = 0;
     check(cudaGetDevice(&device), "decode_attention: cudaGetDevice");
     check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "decode_attention: SM count");
     return count;
   }();
+  return sms;
+}
+
+int32_t decode_grid_partitions(const DecodeAttentionArgs& a, int32_t max_partitions) {
+  if (a.grid_partitions > 0) return std::min(a.grid_partitions, max_partitions);
   const int64_t pairs = std::max<int64_t>(int64_t{a.n_seqs} * a.num_kv_heads, 1);
-  const int64_t wanted = (int64_t{sms} * 16 + pairs - 1) / pairs;
+  const int64_t wanted = (int64_t{decode_sms()} * 16 + pairs - 1) / pairs;
   return int32_t(std::clamp<int64_t>(wanted, std::min(kDecodeTargetPartitions, max_partitions), max_partitions));
+}
+
+// DecodeAttentionArgs::merge: whether the tensor-core kernel merges its own partitions (given
+// counters). kAuto: while the batch's (sequence, KV head) pairs, at kDecodeTargetPartitions
+// partitions each (a context up to 8k tokens), are at most 2 blocks an SM: past that the
+// merging blocks' tails outlast one reduce kernel.
+bool merges_in_kernel(const DecodeAttentionArgs& a) {
+  if (a.counters == nullptr || a.merge == DecodeMerge::kReduce) return false;
+  if (a.merge == DecodeMerge::kInKernel) return true;
+  return int64_t{a.n_seqs} * a.num_kv_heads * kDecodeTargetPartitions <= 2 * int64_t{decode_sms()};
 }
 
 }  // namespace
@@ -1232,8 +1246,7 @@ void decode_attention(const DecodeAttentionArgs& a, Stream stream) {
             // (196k tokens) at head_dim 16 and 2,176 at 128; past that the reduce kernel merges.
             const size_t weights_bytes =
                 sizeof(float) * ((size_t(max_partitions) * (a.num_heads / a.num_kv_heads) + 3) / 4 * 4);
-            if (a.counters != nullptr && weights_bytes <= decode_mma_shared_bytes<T, D>(stages))
-              p.counters = a.counters;
+            if (merges_in_kernel(a) && weights_bytes <= decode_mma_shared_bytes<T, D>(stages)) p.counters = a.counters;
             launch_programmatic("decode_attention (tensor cores)", decode_mma_kernel<T, D>, mma_grid,
                                 dim3(kDmWarps * 32), decode_mma_shared_bytes<T, D>(stages), stream, p, stages);
             if (p.counters != nullptr) return;  // the last block of each (sequence, KV head) merged

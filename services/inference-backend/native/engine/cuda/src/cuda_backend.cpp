@@ -214,7 +214,6 @@ struct CudaBackend::Impl {
   std::unique_ptr<cuda::Gemm> gemm;
   CudaLoadStats load;
   std::string device;
-  int32_t sm_count = 0;
   int32_t cc_major = 0;  // compute capability: programmatic launch needs 9 (sm_90)
 
   int64_t hidden = 0, q_dim = 0, kv_dim = 0, qkv_dim = 0, inter = 0, vocab = 0;
@@ -331,7 +330,6 @@ struct CudaBackend::Impl {
     cudaDeviceProp prop{};
     cuda::check(cudaGetDeviceProperties(&prop, options.device), "cudaGetDeviceProperties");
     device = prop.name;
-    sm_count = prop.multiProcessorCount;
     cc_major = prop.major;
     cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     gemm = std::make_unique<cuda::Gemm>();
@@ -579,8 +577,7 @@ struct CudaBackend::Impl {
     }
     int64_t most = 0;
     for (const auto& [n, k] : shapes)
-      for (int32_t m = cuda::kQuantGemvMaxM + 1; m <= options.max_batch_tokens; ++m)
-        most = std::max(most, cuda::quant_gemm_workspace_floats(m, n, k));
+      most = std::max(most, cuda::quant_gemm_workspace_floats_up_to(options.max_batch_tokens, n, k));
     quant_workspace_floats = most;
     quant_workspace = DeviceMemory(size_t(most) * sizeof(float), "the quantized GEMMs' split-k workspace");
     if (options.quant_dense_min_rows > 0 && options.max_batch_tokens >= options.quant_dense_min_rows) {
@@ -975,13 +972,9 @@ struct CudaBackend::Impl {
         a.n_seqs = n_decode;
         a.max_context = shape.max_decode_context;
         a.workspace = workspace.as<float>();
-        // The tensor-core kernel merges its own partitions (no reduce launch) only while the
-        // batch's (sequence, KV head) pairs, about 16 partitions each, are blocks for at most 2
-        // an SM: on an H200 that saved 0.6-0.8 us a layer at 1 sequence, while from 8 sequences
-        // at 1k tokens the merging blocks' tails cost 1.6-54 us more than the reduce kernel
-        // (bench_cuda_attention, docs/cuda-notes.md).
-        if (int64_t{n_decode} * config.num_kv_heads * 16 <= 2 * int64_t{sm_count})
-          a.counters = decode_counters.as<int32_t>();
+        // The tensor-core kernel merges its own partitions while the batch is small enough
+        // (DecodeMerge::kAuto, decode_attention's policy).
+        a.counters = decode_counters.as<int32_t>();
         cuda::decode_attention(a, stream);
       }
       if (shape.n_prefill > 0) {

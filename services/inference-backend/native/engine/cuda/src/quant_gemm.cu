@@ -801,6 +801,21 @@ int64_t quant_gemm_workspace_floats(int32_t m, int32_t n, int32_t k) {
   return most;
 }
 
+int64_t quant_gemm_workspace_floats_up_to(int32_t max_m, int32_t n, int32_t k) {
+  // The tiled kernel's split count depends on m only through its block rows (ceil(m / 64)),
+  // so within one block row splits * m * n is largest at its last m; and splits only shrink as
+  // block rows are added, so once no split is asked for, none is for any larger m.
+  int64_t most = 0;
+  for (int64_t rows_end = kTiledToks; rows_end - kTiledToks < max_m; rows_end += kTiledToks) {
+    const int32_t m = int32_t(std::min<int64_t>(rows_end, max_m));
+    if (m <= kQuantGemvMaxM) continue;
+    const int64_t floats = quant_gemm_workspace_floats(m, n, k);
+    if (floats == 0) break;
+    most = std::max(most, floats);
+  }
+  return most;
+}
+
 std::string quant_gemm_describe(const QuantGemmArgs& a) {
   validate(a);
   const int sms = device_sms();

@@ -476,6 +476,7 @@ struct DecodeRun {
     if (counters_zero != nullptr) {
       STRATA_CK(cudaMemset(d_counters.ptr, 0, d_counters.count * sizeof(int32_t)));
       a.counters = d_counters.ptr;
+      a.merge = DecodeMerge::kInKernel;  // at every batch size, not only where kAuto would
       *counters_zero = true;
     }
     for (int call = 0; call < (counters_zero != nullptr ? 2 : 1); ++call) {

@@ -361,6 +361,18 @@ void check_refusals() {
     }
     report.add_exact("quant_repack threads", quant_type_name(type), "1000x4064, 1 vs 3, 8 and default threads", same);
   }
+  // The workspace for every batch size up to max_m: the same as asking each m, Llama-3-8B's
+  // shapes and small ones, max_m on and off a block row's end (64) and below the GEMV's range.
+  for (const auto& [n, k] : std::vector<std::pair<int32_t, int32_t>>{{6144, 4096}, {4096, 4096}, {28672, 4096},
+                                                                      {4096, 14336}, {256, 512}, {32, 64}}) {
+    for (int32_t max_m : {8, 16, 17, 64, 100, 640, 2048}) {
+      int64_t each = 0;
+      for (int32_t m = 1; m <= max_m; ++m) each = std::max(each, quant_gemm_workspace_floats(m, n, k));
+      report.add_exact("quant_gemm workspace up to m", "-",
+                       std::to_string(n) + "x" + std::to_string(k) + " m<=" + std::to_string(max_m),
+                       quant_gemm_workspace_floats_up_to(max_m, n, k) == each);
+    }
+  }
 }
 
 // quant_dequantize against the host's values (dequantize_row's, as random_quant makes them)

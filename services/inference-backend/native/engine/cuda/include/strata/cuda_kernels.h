@@ -144,6 +144,8 @@ inline constexpr int32_t kDecodePartition = 512;  // the largest partition
 // the other two force one (a benchmark's comparison, a check of both). kTensorCores throws
 // where it does not apply.
 enum class DecodeKernel { kAuto, kCudaCores, kTensorCores };
+// Who merges the tensor-core decode kernel's partitions when it is given counters.
+enum class DecodeMerge { kAuto, kInKernel, kReduce };
 
 // What both attention kernels read: the query and output rows, the paged KV cache and the
 // heads' shape.
@@ -175,10 +177,16 @@ struct DecodeAttentionArgs : PagedAttentionArgs {
   // always has a block per partition of max_context.
   int32_t grid_partitions = 0;
   // (n_seqs, num_kv_heads) int32, all 0 before the first call; every call leaves them 0. Given,
-  // the tensor-core kernel's last block to finish a (sequence, KV head) merges its partitions
-  // itself (a grid-wide count of finished partitions), so no reduce kernel runs after it. Null,
-  // or the CUDA-core kernel: a reduce kernel merges them. The result is the same bits.
+  // the tensor-core kernel's last block to finish a (sequence, KV head) may merge its partitions
+  // itself (a grid-wide count of finished partitions), so that no reduce kernel runs after it
+  // (`merge`). Null, or the CUDA-core kernel: a reduce kernel merges them. The same bits either way.
   int32_t* counters = nullptr;
+  // With counters: kInKernel always merges in the kernel, kReduce never; kAuto only while the
+  // batch's (sequence, KV head) pairs, at about 16 partitions each, are at most 2 blocks an SM
+  // of this GPU. On an H200 the in-kernel merge saved 0.6-0.8 us a layer at 1 sequence, while
+  // from 8 sequences at 1k tokens the merging blocks' tails cost 1.6-54 us more than the reduce
+  // kernel (bench_cuda_attention, docs/cuda-notes.md).
+  DecodeMerge merge = DecodeMerge::kAuto;
 };
 int64_t decode_attention_workspace_floats(int32_t n_seqs, int32_t num_heads, int32_t head_dim, int32_t max_context);
 void decode_attention(const DecodeAttentionArgs& args, Stream stream);

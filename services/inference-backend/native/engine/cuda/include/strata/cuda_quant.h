@@ -98,6 +98,10 @@ void quant_dequantize(const QuantWeight& w, DType dtype, void* out, Stream strea
 // Floats of workspace that lets quant_gemm split k as it would like for (m, n, k) on the current
 // device (0 when it would not split).
 int64_t quant_gemm_workspace_floats(int32_t m, int32_t n, int32_t k);
+// The most quant_gemm_workspace_floats(m, n, k) is for any m in [1, max_m]: what a workspace
+// serving every batch size up to max_m needs. One evaluation per block row of the tiled kernel
+// (its split count is the same for every m of one), not one per m.
+int64_t quant_gemm_workspace_floats_up_to(int32_t max_m, int32_t n, int32_t k);
 
 // How quant_gemm(args) would launch, e.g. "gemv TM=1 TN=1 warps=9 grid=256" (for benchmarks and
 // logs).
