@@ -22,7 +22,6 @@
 #include "strata/model_source.h"
 #include "strata/model_weights.h"
 #include "strata/safetensors.h"
-#include "strata/split_work.h"
 #include "tensor_slots.h"
 
 namespace strata {
@@ -424,33 +423,30 @@ struct CudaBackend::Impl {
       load.host_seconds += seconds_since(started);
       return result;
     };
-    // A linear weight from its parts (row blocks in order): their blocks concatenated and
-    // repacked, or their values one after another.
+    // Quantized blocks in the GPU layout at `dst`: the row blocks of `names`, in order (a fused
+    // weight's parts), repacked from where they lie. The repacked buffer is left uninitialised:
+    // quant_repack writes every byte of it.
+    const auto blocks_to = [&](const cuda::QuantWeight& dst, const std::vector<std::string>& names) {
+      const int64_t bytes = cuda::quant_gpu_bytes(dst.type, dst.rows, dst.cols);
+      const std::unique_ptr<uint8_t[]> gpu = on_host([&] {
+        std::vector<cuda::QuantRows> parts;
+        for (const std::string& name : names) {
+          const QuantMatrix& m = w.quantized.at(name);
+          parts.push_back({m.data.data(), m.rows});
+        }
+        std::unique_ptr<uint8_t[]> packed(new uint8_t[size_t(bytes)]);
+        cuda::quant_repack(dst.type, parts, dst.cols, packed.get());
+        return packed;
+      });
+      up.copy(gpu.get(), bytes, const_cast<void*>(dst.data));
+    };
+    // A linear weight from its parts (row blocks in order): their blocks repacked, or their
+    // values one after another.
     const auto linear = [&](const Linear& dst, std::initializer_list<std::pair<std::string, const std::vector<float>*>> parts) {
       if (dst.quantized()) {
-        // One part's blocks are repacked where they are; fused parts are put together first.
-        // The repacked buffer is left uninitialised: quant_repack writes every byte of it.
-        const int64_t bytes = cuda::quant_gpu_bytes(dst.quant.type, dst.quant.rows, dst.quant.cols);
-        const std::unique_ptr<uint8_t[]> gpu = on_host([&] {
-          std::unique_ptr<uint8_t[]> fused;
-          const uint8_t* blocks = w.quantized.at(parts.begin()->first).data.data();
-          if (parts.size() > 1) {
-            size_t total = 0;
-            for (const auto& part : parts) total += w.quantized.at(part.first).data.size();
-            fused.reset(new uint8_t[total]);  // every byte copied below
-            size_t at = 0;
-            for (const auto& part : parts) {
-              const ByteBuffer& data = w.quantized.at(part.first).data;
-              copy_split(fused.get() + at, data.data(), int64_t(data.size()));
-              at += data.size();
-            }
-            blocks = fused.get();
-          }
-          std::unique_ptr<uint8_t[]> packed(new uint8_t[size_t(bytes)]);
-          cuda::quant_repack(dst.quant.type, blocks, dst.quant.rows, dst.quant.cols, packed.get());
-          return packed;
-        });
-        up.copy(gpu.get(), bytes, const_cast<void*>(dst.quant.data));
+        std::vector<std::string> names;
+        for (const auto& part : parts) names.push_back(part.first);
+        blocks_to(dst.quant, names);
         return;
       }
       char* at = static_cast<char*>(dst.dense);
@@ -460,11 +456,28 @@ struct CudaBackend::Impl {
         at += values.size() * esize;
       }
     };
-    {
+    // The embedding table for the gather, dense in the dtype. Its blocks, when the file has it
+    // quantized and the dtype keeps blocks, go to the device as they are and are dequantized
+    // there (the same values: d·q (+ m) in fp32 rounded once, as dequantize then convert); a
+    // tied output projection kept quantized already holds them. Else its values are widened on
+    // the host (2.1 GB of fp32 for Llama 3's 128k x 4096 table) and converted on the device.
+    DeviceMemory embed_blocks;  // until up.finish(): the dequantizing kernel reads it
+    if (lm_head.quantized() || lm_head.dense != embed) linear(lm_head, {{head_name, &w.lm_head}});
+    if (const auto it = w.quantized.find(kEmbedName); keep_blocks && it != w.quantized.end()) {
+      cuda::QuantWeight table{it->second.type, int32_t(it->second.rows), int32_t(it->second.cols), nullptr};
+      if (lm_head.quantized() && head_name == kEmbedName) {
+        table.data = lm_head.quant.data;
+      } else {
+        embed_blocks = DeviceMemory(size_t(cuda::quant_gpu_bytes(table.type, table.rows, table.cols)),
+                                    "the embedding table's blocks");
+        table.data = embed_blocks.as();
+        blocks_to(table, {kEmbedName});
+      }
+      cuda::quant_dequantize(table, dtype, embed, stream);
+    } else {
       const std::vector<float> table = on_host([&] { return dense_values(w, kEmbedName, w.embed_tokens); });
       up.convert(table.data(), DType::kF32, int64_t(table.size()), embed);
     }
-    if (lm_head.quantized() || lm_head.dense != embed) linear(lm_head, {{head_name, &w.lm_head}});
     floats(w.final_norm, final_norm);
     for (int32_t i = 0; i < config.num_layers; ++i) {
       const CudaLayer& l = layers[i];

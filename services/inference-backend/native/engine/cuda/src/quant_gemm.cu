@@ -707,14 +707,32 @@ int64_t quant_gpu_bytes(QuantType type, int64_t rows, int64_t cols) {
 }
 
 void quant_repack(QuantType type, const void* blocks, int64_t rows, int64_t cols, void* out, int threads_wanted) {
+  const QuantRows whole{blocks, rows};
+  quant_repack(type, std::span(&whole, 1), cols, out, threads_wanted);
+}
+
+void quant_repack(QuantType type, std::span<const QuantRows> parts, int64_t cols, void* out, int threads_wanted) {
+  int64_t rows = 0;
+  for (const QuantRows& part : parts) {
+    require(part.rows > 0 && part.blocks != nullptr, "quant_repack: every part needs rows > 0 and blocks");
+    rows += part.rows;
+  }
   quant_gpu_bytes(type, rows, cols);  // validates the shape
   const int64_t nb = cols / kBlockValues, tiles = ceil_div(rows, kQuantTileRows);
   const int64_t block_bytes = quant_block_size(type);
+  // Row r's blocks: in the part that holds it (parts are few: a walk per row is nothing beside
+  // the row's repacking).
+  const auto source_row = [&](int64_t r) {
+    for (const QuantRows& part : parts) {
+      if (r < part.rows) return static_cast<const uint8_t*>(part.blocks) + r * nb * block_bytes;
+      r -= part.rows;
+    }
+    return static_cast<const uint8_t*>(nullptr);  // r < rows: not reached
+  };
   const int lane = lane_bytes(type);
   uint8_t* q = static_cast<uint8_t*>(out);
   uint8_t* d = q + tiles * kQuantTileRows * nb * 4 * lane;
   uint8_t* mins = d + tiles * kQuantTileRows * nb * 2;
-  const uint8_t* src = static_cast<const uint8_t*>(blocks);
   // A tile of 16 rows writes its own bytes of each region (quants, scales, mins) and nothing
   // else, so tiles go to threads; each zeroes its regions first (a last tile's padding rows).
   const auto repack_tile = [&](int64_t tile) {
@@ -724,8 +742,9 @@ void quant_repack(QuantType type, const void* blocks, int64_t rows, int64_t cols
     if (type == QuantType::Q4_1) std::memset(mins + tile * 32 * nb, 0, size_t(32 * nb));
     for (int64_t r = tile * kQuantTileRows; r < std::min(rows, (tile + 1) * kQuantTileRows); ++r) {
       const int rr = int(r % kQuantTileRows), g = rr % 8, high = rr / 8;
+      const uint8_t* row_blocks = source_row(r);
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = src + (r * nb + b) * block_bytes;
+        const uint8_t* blk = row_blocks + b * block_bytes;
         const int64_t c = b / kQuantChunkBlocks;
         const int bi = int(b % kQuantChunkBlocks);
         const int cb = int(std::min<int64_t>(kQuantChunkBlocks, nb - kQuantChunkBlocks * c));

@@ -353,8 +353,10 @@ uint32_t ggml_type_of(QuantType type) {
 
 // `source` (fp32 tensors) written to `out` with every matrix quantized: `type`, or `mixed` for
 // the v projections and the down projections (a fused q/k/v of two types, a down of its own).
+// `untie`: the tied embedding also written as output.weight (the output projection's own blocks,
+// so the embedding table's are uploaded apart for the gather's dequantization).
 void write_quantized(const GgufFile& source, QuantType type, std::optional<QuantType> mixed,
-                     const std::filesystem::path& out) {
+                     const std::filesystem::path& out, bool untie = false) {
   strata_test::GgufWriter w;
   w.str("general.architecture", source.get_string("general.architecture"));
   for (const char* key : {"llama.block_count", "llama.embedding_length", "llama.feed_forward_length",
@@ -381,6 +383,11 @@ void write_quantized(const GgufFile& source, QuantType type, std::optional<Quant
       auto* blocks = reinterpret_cast<uint8_t*>(q.bytes.data());
       for (int64_t i = 0; i < rows * cols / 32; ++i) quantize_block(qt, x + i * 32, blocks + i * block);
     }
+    if (untie && t.name == "token_embd.weight" && source.tensor("output.weight") == nullptr) {
+      strata_test::GgufWriter::Tensor head = q;
+      head.name = "output.weight";
+      w.tensor(std::move(head));
+    }
     w.tensor(std::move(q));
   }
   std::ofstream(out, std::ios::binary) << w.build();
@@ -392,7 +399,10 @@ void write_quantized(const GgufFile& source, QuantType type, std::optional<Quant
 void check_quantized(Report& report, const std::filesystem::path& file, const std::string& name,
                      const std::string& bf16_format, const std::string& f32_format) {
   CpuBackend cpu(file);
-  const Schedule s = random_schedule(cpu.config(), 4, 60, 2, 24);
+  Schedule s = random_schedule(cpu.config(), 4, 60, 2, 24);
+  // One prompt of 24 tokens or more, so that a step of 16+ rows always runs (the dense prefill's
+  // check below needs one; with 4 random prompts of 1-61 tokens some runs had none).
+  while (s.prompts[0].size() < 24) s.prompts[0].push_back(random_int(3, cpu.config().vocab_size - 1));
   CudaBackendOptions options;
   options.max_batch_tokens = 256;
   options.max_seqs = 8;
@@ -597,6 +607,7 @@ int main(int argc, char** argv) {
       std::optional<QuantType> mixed;
       const char* bf16_format;
       const char* f32_format;
+      bool untie = false;
     };
     for (const Variant& v :
          {Variant{"Q8_0", QuantType::Q8_0, std::nullopt, "Q8_0 + bfloat16", "float32 (Q8_0 dequantized)"},
@@ -604,9 +615,11 @@ int main(int argc, char** argv) {
           Variant{"Q4_1", QuantType::Q4_1, std::nullopt, "Q4_1 + bfloat16", "float32 (Q4_1 dequantized)"},
           // q/k Q4_1 with v Q8_0: the fused q/k/v is dequantized; down stays Q8_0.
           Variant{"Q4_1+Q8_0", QuantType::Q4_1, QuantType::Q8_0, "Q4_1 + Q8_0 + bfloat16",
-                  "float32 (Q4_1, Q8_0 dequantized)"}}) {
+                  "float32 (Q4_1, Q8_0 dequantized)"},
+          // An output projection of its own: the embedding table's blocks go to the device apart.
+          Variant{"Q4_0 untied", QuantType::Q4_0, std::nullopt, "Q4_0 + bfloat16", "float32 (Q4_0 dequantized)", true}}) {
       const std::filesystem::path out = tmp / (std::string(v.label) + ".gguf");
-      write_quantized(file, v.type, v.mixed, out);
+      write_quantized(file, v.type, v.mixed, out, v.untie);
       check_quantized(report, out, name + " " + v.label, v.bf16_format, v.f32_format);
     }
     std::filesystem::remove_all(tmp);

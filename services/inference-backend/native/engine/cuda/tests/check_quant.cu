@@ -360,6 +360,15 @@ void check_refusals() {
       same = same && many == one;
     }
     report.add_exact("quant_repack threads", quant_type_name(type), "1000x4064, 1 vs 3, 8 and default threads", same);
+    // The same matrix from three parts where they lie (a fused weight's q, k, v), tiles of 16
+    // rows straddling the parts (333 + 500 + 167 rows): the bytes of the whole.
+    const int64_t row_bytes = h.cols / 32 * quant_block_size(type);
+    const std::vector<QuantRows> parts{{h.blocks.data(), 333},
+                                       {h.blocks.data() + 333 * row_bytes, 500},
+                                       {h.blocks.data() + 833 * row_bytes, 167}};
+    std::vector<uint8_t> from_parts(bytes, 0x3C);
+    quant_repack(type, parts, h.cols, from_parts.data());
+    report.add_exact("quant_repack parts", quant_type_name(type), "1000x4064 as 333 + 500 + 167 rows", from_parts == one);
   }
   // The workspace for every batch size up to max_m: the same as asking each m, Llama-3-8B's
   // shapes and small ones, max_m on and off a block row's end (64) and below the GEMV's range.

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "strata/cuda_kernels.h"
@@ -53,6 +54,14 @@ int64_t quant_gpu_bytes(QuantType type, int64_t rows, int64_t cols);
 // of 16 rows are shared among `threads` threads (0: one a CPU, at least 1 MB of blocks each);
 // the bytes do not depend on the count. Throws CudaError on a bad shape.
 void quant_repack(QuantType type, const void* blocks, int64_t rows, int64_t cols, void* out, int threads = 0);
+// The same for a matrix whose rows lie in several places, in order (a fused weight's parts: q,
+// k, v or gate, up): part i holds rows[i] rows of blocks. The bytes are those of its parts'
+// blocks put together first and repacked, without that copy.
+struct QuantRows {
+  const void* blocks = nullptr;
+  int64_t rows = 0;
+};
+void quant_repack(QuantType type, std::span<const QuantRows> parts, int64_t cols, void* out, int threads = 0);
 
 // A matrix in the GPU layout, in device memory (16-byte aligned; cudaMalloc gives 256).
 struct QuantWeight {
