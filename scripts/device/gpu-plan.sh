@@ -631,7 +631,7 @@ step_e2e() {
 # STREAMS concurrent POST /v1/generate SSE streams, /metrics (KV usage, TTFT, ITL), the service
 # stopped, then the per-token HTTP latency benchmark at 256 streams on tinystories-656k (CPU
 # backend) and on the same model (CUDA backend), that one with one event loop and then with
-# STRATA_SERVICE_HTTP_WORKERS (4) loops.
+# each of STRATA_SERVICE_HTTP_WORKERS (4,8) loops.
 step_service() {
   local hash arch streams=${STRATA_SERVICE_STREAMS:-64} prompt=${STRATA_SERVICE_PROMPT:-1024}
   local output=${STRATA_SERVICE_OUTPUT:-128} latency=() rc
@@ -662,7 +662,7 @@ step_service() {
     --out "$STRATA_PLAN_BASE" --streams "$streams" --prompt "$prompt" --max-tokens "$output" \
     --engine-json "$STRATA_PLAN_BASE.engine.json" --ready-timeout 150 "${latency[@]}" \
     --latency-cuda-streams "${STRATA_SERVICE_LATENCY_STREAMS:-256}" \
-    --latency-http-workers "${STRATA_SERVICE_HTTP_WORKERS:-4}"
+    --latency-http-workers "${STRATA_SERVICE_HTTP_WORKERS:-4,8}"
   rc=$?
   [ -f "$STRATA_PLAN_BASE.summary" ] && note "$(cat "$STRATA_PLAN_BASE.summary")"
   return $rc

@@ -16,8 +16,9 @@
 #     at LATENCY_STREAMS streams on LATENCY_MODEL (its own model, tinystories-656k) and backend;
 #     with --latency-cuda-streams N (N > 0), again at N streams on the service's own model and
 #     the CUDA backend: the HTTP layer at a GPU model's token rate, its CPUs free of the engine;
-#     with --latency-http-workers W (W > 1) too, that CUDA run once more with W event loops
-#     (STRATA_HTTP_WORKERS), right after the one-loop run, into PREFIX.http-latency-cuda-wW.*;
+#     with --latency-http-workers W[,W...] too, that CUDA run once more for each W > 1 with W
+#     event loops (STRATA_HTTP_WORKERS), right after the one-loop run, into
+#     PREFIX.http-latency-cuda-wW.*;
 #  7. PREFIX.json: the load, the benchmark and, given --engine-json, the engine alone's result on
 #     the same workload, side by side; PREFIX.summary: one line of it.
 # Also PREFIX.service.log, PREFIX.load.json, PREFIX.metrics.txt (the last scrape),
@@ -271,10 +272,13 @@ if [ "$latency_streams" != 0 ]; then
 fi
 if [ "$latency_cuda_streams" != 0 ]; then
   latency_bench "$latency_cuda_streams" "$serve" cuda "$out.http-latency-cuda" || latency_rc=$?
-  if [ "$latency_http_workers" -gt 1 ]; then
-    latency_bench "$latency_cuda_streams" "$serve" cuda "$out.http-latency-cuda-w$latency_http_workers" \
-      "$latency_http_workers" || latency_rc=$?
-  fi
+  for loops in ${latency_http_workers//,/ }; do
+    case $loops in
+      '' | *[!0-9]*) echo "--latency-http-workers: whole numbers, not $loops" >&2; latency_rc=2; continue ;;
+    esac
+    [ "$loops" -gt 1 ] || continue
+    latency_bench "$latency_cuda_streams" "$serve" cuda "$out.http-latency-cuda-w$loops" "$loops" || latency_rc=$?
+  done
 fi
 
 # ---- 7. side by side

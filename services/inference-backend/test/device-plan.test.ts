@@ -588,12 +588,13 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
     expect(log).toContain(engine);
     // Then the service on the CUDA backend, from the bundle, and the HTTP latency benchmark at 256
     // streams on tinystories-656k (CPU backend) and on the service's model (CUDA backend, with one
-    // event loop and then with 4).
+    // event loop and then with 4 and 8).
     const service =
       `dry-run: bash scripts/device/service-run.sh --bundle ${bundle} --backend cuda --model ${model} --out ${base} ` +
       `--streams 64 --prompt 1024 --max-tokens 128 --engine-json ${base}.engine.json --ready-timeout 150 ` +
       `--latency-model ${join(sb.dir, 'models', 'tinystories-656k')} --latency-streams 256 --latency-cuda-streams 256 ` +
-      '--latency-http-workers 4\n';
+      // (the dry run prints the words as printf %q quotes them)
+      '--latency-http-workers 4\\,8\n';
     expect(log).toContain(service);
     expect(log.indexOf(engine)).toBeLessThan(log.indexOf(service));
 
