@@ -144,6 +144,20 @@ describe.skipIf(!tiny.path)(`one engine, several event loops${tiny.skipped}`, ()
     expect(() => Engine.attach(key)).toThrow(/closed/);
   });
 
+  it('refuses a request id that is not a whole number of at most 47 bits', async () => {
+    const engine = await load();
+    const native = loadNativeAddon().attachEngine(engine.share(), () => {});
+    try {
+      for (const id of [-1, 1.5, 2 ** 47, Number.NaN]) {
+        expect(() => native.submit({ id, prompt: Int32Array.from(PROMPT), params: GREEDY })).toThrow(
+          /STRATA_INVALID_PARAM|request id must be a whole number/,
+        );
+      }
+    } finally {
+      await native.close();
+    }
+  });
+
   it('refuses a key nothing was shared under', () => {
     expect(() => Engine.attach(987654)).toThrow(EngineError);
     expect(() => loadNativeAddon().attachEngine(987654, () => {})).toThrow(/STRATA_ENGINE_CLOSED|no engine/);

@@ -448,7 +448,12 @@ Napi::Value EngineBinding::Submit(const Napi::CallbackInfo& info) {
   if (!info[0].IsObject()) throw_js_error(env, "STRATA_INVALID_PARAM", "submit(request): request object required");
   Napi::Object r = info[0].As<Napi::Object>();
   Request req;
-  req.id = static_cast<uint64_t>(get_double(r, "id", 0));
+  const double id = get_double(r, "id", -1);
+  if (!(id >= 0 && id <= double(StepRouter::kMaxLocalId)) || id != static_cast<double>(static_cast<uint64_t>(id))) {
+    throw_js_error(env, "STRATA_INVALID_PARAM",
+                   "request id must be a whole number in [0, " + std::to_string(StepRouter::kMaxLocalId) + "]");
+  }
+  req.id = static_cast<uint64_t>(id);
   Napi::Value prompt = r.Get("prompt");
   if (!prompt.IsTypedArray() || prompt.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
     throw_js_error(env, "STRATA_INVALID_PARAM", "prompt must be an Int32Array of token ids");
