@@ -35,6 +35,11 @@ export interface IdentityGuardOptions {
   metricName: string;
   /** At most one log line per failure reason per this many ms. Default 10,000. */
   logIntervalMs?: number;
+  /**
+   * Log at start-up what is verified, or warn that nothing is (default true). Off for the
+   * inference backend's HTTP worker threads: the main thread says it once for the process.
+   */
+  announce?: boolean;
   now?: () => number;
 }
 
@@ -72,12 +77,14 @@ export function registerIdentityGuard(scope: FastifyInstance, options: IdentityG
   });
   const lastLog = new Map<IdentityFailure, { at: number; suppressed: number }>();
   const { keys, mode } = options;
-  if (keys.length === 0) {
-    scope.log.warn(
-      `no identity keys (STRATA_IDENTITY_KEYS): nothing is verified, every request is tenant "${UNVERIFIED_TENANT}" at priority ${LOWEST_PRIORITY}`,
-    );
-  } else {
-    scope.log.info({ key_ids: keys.map((k) => k.id), mode }, 'request identities verified');
+  if (options.announce !== false) {
+    if (keys.length === 0) {
+      scope.log.warn(
+        `no identity keys (STRATA_IDENTITY_KEYS): nothing is verified, every request is tenant "${UNVERIFIED_TENANT}" at priority ${LOWEST_PRIORITY}`,
+      );
+    } else {
+      scope.log.info({ key_ids: keys.map((k) => k.id), mode }, 'request identities verified');
+    }
   }
 
   const logFailure = (request: FastifyRequest, reason: IdentityFailure) => {

@@ -71,6 +71,7 @@ export function buildApp(ctx: Omit<BootContext<Config>, 'telemetry'>, parts: Bac
         mode: ctx.config.identity.mode,
         registry: ctx.metrics.registry,
         metricName: 'strata_backend_identity_total',
+        announce: !parts.worker,
       });
       const options = { host: parts.host, sseHeartbeatMs: ctx.config.limits.sseHeartbeatMs };
       await inference.register(generateRoutes, options);
