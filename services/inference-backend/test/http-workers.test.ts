@@ -59,6 +59,8 @@ describe.skipIf(!tiny.path)(`STRATA_HTTP_WORKERS=3 (real process)${tiny.skipped}
       10_000,
     );
     expect(report.ready).toBe(true);
+    // Said once for the process (the main thread), not once a loop.
+    expect(logs.filter((l) => String(l.msg).startsWith('no identity keys'))).toHaveLength(1);
     expect(report.checks.http_workers).toEqual({ ok: true, detail: '2 of 2 listening' });
 
     // 4 at a time (the capacity) so that none is refused: 24 streams in all.
