@@ -133,9 +133,10 @@ const read = (f) => (f && fs.existsSync(f) ? JSON.parse(fs.readFileSync(f, 'utf8
 const load = read(`${prefix}.load.json`);
 const latency = read(`${prefix}.http-latency.json`);
 const latencyCuda = read(`${prefix}.http-latency-cuda.json`);
+const dir = require('node:path').dirname(prefix);
 const latencyLoops = fs
-  .readdirSync(require('node:path').dirname(prefix))
-  .map((f) => require('node:path').join(require('node:path').dirname(prefix), f))
+  .readdirSync(dir)
+  .map((f) => require('node:path').join(dir, f))
   .filter((f) => f.startsWith(`${prefix}.http-latency-cuda-w`) && f.endsWith('.json'))
   .map(read);
 const engine = read(engineFile);

@@ -123,10 +123,12 @@ export class HttpWorkerPool {
    * add up; the engine's gauges exist on the main thread only).
    */
   async exposition(): Promise<string> {
-    const own = await this.options.registry.getMetricsAsJSON();
-    const theirs = await Promise.all(this.workers.map((running) => this.scrape(running)));
-    const all = [own, ...theirs.filter((json): json is unknown[] => json !== undefined)];
-    if (all.length === 1) return this.options.registry.metrics();
+    const theirs = (await Promise.all(this.workers.map((running) => this.scrape(running)))).filter(
+      (json): json is unknown[] => json !== undefined,
+    );
+    // No worker answered (none started yet): the main thread's registry alone, collected once.
+    if (theirs.length === 0) return this.options.registry.metrics();
+    const all = [await this.options.registry.getMetricsAsJSON(), ...theirs];
     return AggregatorRegistry.aggregate(all as Parameters<typeof AggregatorRegistry.aggregate>[0]).metrics();
   }
 

@@ -136,12 +136,13 @@ export interface SharedRuntime {
 
 export class InferenceRuntime {
   readonly generator: TextGenerator;
+  /** The name this backend serves and reports (servedModelName). */
+  readonly modelName: string;
 
   private constructor(
     readonly engine: Engine,
     readonly tokenizer: Tokenizer,
     readonly files: ModelFiles,
-    readonly modelName: string,
     private readonly config: Config,
     private readonly observer: RuntimeObserver | undefined,
     private readonly tracer: Tracer,
@@ -150,6 +151,7 @@ export class InferenceRuntime {
     private readonly live: LiveCounter = new LiveCounter(),
   ) {
     this.generator = new TextGenerator(engine, tokenizer);
+    this.modelName = servedModelName(config);
   }
 
   static async load(
@@ -179,16 +181,7 @@ export class InferenceRuntime {
     if (observer?.forward) engine.onForward = observer.forward.bind(observer);
     const tokenizer = await InferenceRuntime.tokenizer(files, engine);
     const grammar = await loadGrammar(engine, files, tokenizer);
-    return new InferenceRuntime(
-      engine,
-      tokenizer,
-      files,
-      servedModelName(config),
-      config,
-      observer,
-      tracer,
-      grammar,
-    );
+    return new InferenceRuntime(engine, tokenizer, files, config, observer, tracer, grammar);
   }
 
   /**
@@ -209,7 +202,6 @@ export class InferenceRuntime {
       engine,
       tokenizer,
       files,
-      servedModelName(config),
       config,
       observer,
       tracer,
