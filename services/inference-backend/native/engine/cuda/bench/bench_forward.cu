@@ -7,9 +7,12 @@
 //     coming back (forward_sample), and with every row's fp32 logits copied to the host (forward).
 //     Batches of up to gemv_max_rows sequences (the GEMV kernel's: --gemv-rows, default the
 //     backend's) also run with it off, cuBLAS for every GEMM, and with it on but RoPE in its own
-//     kernel (gemv_fuse_rope off); alternating twice. With --programmatic 0|1 (the main column's
-//     setting; otherwise the backend's default, and no comparison) every batch also runs with
-//     programmatic launch the other way round.
+//     kernel (gemv_fuse_rope off); a quantized model's batches of up to 16 also with RoPE and
+//     the SiLU apart from its GEMV (quant_gemv_fuse off); alternating twice. With --programmatic
+//     0|1 (the main column's setting; otherwise the backend's default, and no comparison) every
+//     batch also runs with programmatic launch the other way round, and on without the GEMVs' L2
+//     prefetch and on with each kernel's successor scheduled only as it completes (its two parts
+//     apart). Each batch's kernels (CudaBackend::decode_kernels) are printed under the table.
 //   bench_cuda_forward <model dir> [out.json] [--context C] [--batches 1,4,8,32,64,128,256] [--prefill-seqs P]
 //                      [--copy-mib 2048] [--gemm-n 8192]   (smaller ceilings: a smoke run, e.g. emulated)
 //                      [--profile prefill|decode:B] [--gemv-rows N] [--quant-dense-rows N] [--programmatic 0|1]
@@ -33,6 +36,7 @@
 #include "check_util.h"
 #include "strata/cuda_backend.h"
 #include "strata/cuda_gemm.h"
+#include "strata/cuda_quant.h"
 
 // cudart's profiler switches, declared here: the toolkit's cuda_profiler_api.h is not in every
 // CUDA install (NVIDIA's PyPI wheels lack it), the functions are in every cudart.
@@ -246,12 +250,57 @@ int run(int argc, char** argv) {
   // Each step runs twice at the same position, interleaved: sampled on the GPU (greedy; only the
   // tokens come back) as the engine runs it, then with the logits copied to the host.
   const bool sampled = backend.samples_on_device();
+  // The step's kernels as the main column runs them, and the comparisons: each the main
+  // setting with one choice changed, run on the batches it concerns.
+  CudaBackendOptions main_kernels = backend.options();
+  main_kernels.gemv_max_rows = gemv_rows;
+  main_kernels.programmatic_launch = programmatic;
+  struct Variant {
+    const char* key;    // its JSON field
+    const char* label;  // its column
+    CudaBackendOptions step;
+    bool (*runs)(int32_t batch, const Variant& v);  // for this batch
+    int32_t max_batch;
+  };
+  const auto changed = [&](auto change) {
+    CudaBackendOptions o = main_kernels;
+    change(o);
+    return o;
+  };
+  const auto up_to = [](int32_t batch, const Variant& v) { return batch <= v.max_batch; };
+  // A quantized model whose GEMV steps carry RoPE and the SiLU (quant_gemv_fuse): up to
+  // kQuantGemvMaxM sequences also run with them apart.
+  const bool quant_fusable = backend.decode_kernels(1).find("quant_gemm_") != std::string::npos;
+  std::vector<Variant> variants;
+  if (compare_launch_given) {
+    variants.push_back({programmatic ? "plain_launch_ms" : "programmatic_ms",
+                        programmatic ? "plain launch" : "programmatic",
+                        changed([](CudaBackendOptions& o) { o.programmatic_launch = !o.programmatic_launch; }), up_to,
+                        INT32_MAX});
+    // Programmatic launch's two parts apart: without the GEMVs' prefetch, without the early trigger.
+    variants.push_back({"programmatic_no_prefetch_ms", "PDL, no prefetch", changed([](CudaBackendOptions& o) {
+                          o.programmatic_launch = true;
+                          o.programmatic_prefetch = false;
+                        }),
+                        up_to, INT32_MAX});
+    variants.push_back({"programmatic_late_trigger_ms", "PDL, late trigger", changed([](CudaBackendOptions& o) {
+                          o.programmatic_launch = true;
+                          o.programmatic_early_trigger = false;
+                        }),
+                        up_to, INT32_MAX});
+  }
+  variants.push_back({"rope_apart_ms", "RoPE apart", changed([](CudaBackendOptions& o) { o.gemv_fuse_rope = false; }),
+                      up_to, gemv_rows});
+  variants.push_back({"cublas_ms", "cuBLAS only", changed([](CudaBackendOptions& o) { o.gemv_max_rows = 0; }), up_to,
+                      gemv_rows});
+  if (quant_fusable)
+    variants.push_back({"quant_epilogues_apart_ms", "q epi apart",
+                        changed([](CudaBackendOptions& o) { o.quant_gemv_fuse = false; }), up_to, cuda::kQuantGemvMaxM});
   struct Row {
     int32_t batch;
     double ms, host_logits_ms, roofline_ms;
-    double cublas_ms;  // the same step with the GEMV kernel off (batches it serves), else 0
-    double rope_apart_ms;  // the same step with the GEMV but rope_write_kv apart, else 0
-    double other_launch_ms;  // the same step with programmatic launch the other way round, else 0
+    std::vector<double> variant_ms;  // per variant: the same step that way, or 0 where it did not run
+    std::string kernels;             // CudaBackend::decode_kernels(batch) of the main column
   };
   // warm + steps decode steps of batch b from position context; each step's time into ms
   // (sampled) and host_ms (logits to the host).
@@ -286,34 +335,33 @@ int run(int argc, char** argv) {
       if (step >= warm) host_ms.push_back(now_ms() - t0);
     }
   };
-  // With --programmatic, every batch runs twice more with it the other way round; batches the GEMV
-  // kernel serves also twice with it off (cuBLAS for every GEMM) and twice with RoPE apart;
-  // alternating: main, other launch, RoPE apart, cuBLAS, main, ... (each switch captures the
-  // graphs again).
+  // Each batch alternates twice between the main setting and every variant that concerns it
+  // (main, variant 1, variant 2, ..., main, ...; each switch captures the graphs again).
   std::vector<Row> rows;
   for (int32_t b : batches) {
-    std::vector<double> ms, host_ms, cublas_ms, cublas_host_ms, apart_ms, apart_host_ms, other_ms, other_host_ms;
-    const bool compare_cublas = b <= gemv_rows && profile_batch == 0;
-    const bool compare_launch = compare_launch_given && profile_batch == 0;
-    for (int round = 0; round < (compare_launch || compare_cublas ? 2 : 1); ++round) {
-      backend.set_step_kernels(gemv_rows, true, programmatic);
-      decode_steps(b, ms, host_ms);
-      if (compare_launch) {
-        backend.set_step_kernels(gemv_rows, true, !programmatic);
-        decode_steps(b, other_ms, other_host_ms);
-      }
-      if (!compare_cublas) continue;
-      backend.set_step_kernels(gemv_rows, false, programmatic);
-      decode_steps(b, apart_ms, apart_host_ms);
-      backend.set_step_kernels(0, true, programmatic);
-      decode_steps(b, cublas_ms, cublas_host_ms);
+    std::vector<double> ms, host_ms;
+    std::vector<std::vector<double>> v_ms(variants.size()), v_host_ms(variants.size());
+    std::vector<bool> runs(variants.size(), false);
+    bool any = false;
+    for (size_t v = 0; v < variants.size(); ++v) {
+      runs[v] = profile_batch == 0 && variants[v].runs(b, variants[v]);
+      any = any || runs[v];
     }
-    backend.set_step_kernels(gemv_rows, true, programmatic);
+    for (int round = 0; round < (any ? 2 : 1); ++round) {
+      backend.set_step_kernels(main_kernels);
+      decode_steps(b, ms, host_ms);
+      for (size_t v = 0; v < variants.size(); ++v) {
+        if (!runs[v]) continue;
+        backend.set_step_kernels(variants[v].step);
+        decode_steps(b, v_ms[v], v_host_ms[v]);
+      }
+    }
+    backend.set_step_kernels(main_kernels);
     const double bytes = weight_bytes + double(b) * (context + warm + steps / 2) * kv_bytes_per_token;
-    rows.push_back({b, sampled ? median(ms) : median(host_ms), median(host_ms), bytes / bandwidth * 1e3,
-                    compare_cublas ? median(sampled ? cublas_ms : cublas_host_ms) : 0.0,
-                    compare_cublas ? median(sampled ? apart_ms : apart_host_ms) : 0.0,
-                    compare_launch ? median(sampled ? other_ms : other_host_ms) : 0.0});
+    Row row{b, sampled ? median(ms) : median(host_ms), median(host_ms), bytes / bandwidth * 1e3, {}, backend.decode_kernels(b)};
+    for (size_t v = 0; v < variants.size(); ++v)
+      row.variant_ms.push_back(runs[v] ? median(sampled ? v_ms[v] : v_host_ms[v]) : 0.0);
+    rows.push_back(row);
   }
   if (profile_batch > 0) return 0;
 
@@ -332,11 +380,9 @@ int run(int argc, char** argv) {
           << ",\"host_logits_ms\":" << rows[i].host_logits_ms
           << ",\"roofline_ms\":" << rows[i].roofline_ms << ",\"fraction_of_roofline\":" << rows[i].roofline_ms / rows[i].ms
           << ",\"tokens_per_s\":" << rows[i].batch / (rows[i].ms / 1e3);
-      if (rows[i].cublas_ms > 0) out << ",\"cublas_ms\":" << rows[i].cublas_ms;
-      if (rows[i].rope_apart_ms > 0) out << ",\"rope_apart_ms\":" << rows[i].rope_apart_ms;
-      if (rows[i].other_launch_ms > 0)
-        out << (programmatic ? ",\"plain_launch_ms\":" : ",\"programmatic_ms\":") << rows[i].other_launch_ms;
-      out << "}";
+      for (size_t v = 0; v < variants.size(); ++v)
+        if (rows[i].variant_ms[v] > 0) out << ",\"" << variants[v].key << "\":" << rows[i].variant_ms[v];
+      out << ",\"kernels\":\"" << rows[i].kernels << "\"}";
     }
     out << "],\"gemv_max_rows\":" << gemv_rows << ",\"programmatic_launch\":" << (programmatic ? "true" : "false") << ",\"decode_sampled_on_gpu\":" << (sampled ? "true" : "false")
         << ",\"graph_steps\":" << backend.graph_steps() << ",\"eager_steps\":" << backend.eager_steps() << "}\n";
@@ -347,19 +393,24 @@ int run(int argc, char** argv) {
               context, prefill_median, prefill_rate / 1e12, 100.0 * prefill_rate / peak);
   std::printf("decode: %s; \"+ host logits\": the same step with every row's fp32 logits copied to the host\n",
               sampled ? "greedy sampling on the GPU, as the engine runs it" : "logits to the host (no GPU sampler)");
-  std::printf("%6s %10s %12s %10s %10s %16s %14s %14s %14s\n", "batch", "step ms", "roofline ms", "fraction", "tok/s",
-              "+ host logits ms", programmatic ? "plain launch ms" : "programmatic ms", "cuBLAS only ms",
-              "RoPE apart ms");
+  std::printf("%6s %10s %12s %10s %10s %16s", "batch", "step ms", "roofline ms", "fraction", "tok/s",
+              "+ host logits ms");
+  for (const Variant& v : variants) std::printf(" %18s", (std::string(v.label) + " ms").c_str());
+  std::printf("\n");
   for (const Row& r : rows) {
     std::printf("%6d %10.3f %12.3f %9.0f%% %10.0f %16.3f", r.batch, r.ms, r.roofline_ms, 100.0 * r.roofline_ms / r.ms,
                 r.batch / (r.ms / 1e3), r.host_logits_ms);
-    if (r.other_launch_ms > 0) std::printf(" %10.3f %3.0f%%", r.other_launch_ms, 100.0 * r.roofline_ms / r.other_launch_ms);
-    else std::printf(" %14s", "-");
-    if (r.cublas_ms > 0)
-      std::printf(" %10.3f %3.0f%% %10.3f %3.0f%%\n", r.cublas_ms, 100.0 * r.roofline_ms / r.cublas_ms, r.rope_apart_ms,
-                  100.0 * r.roofline_ms / r.rope_apart_ms);
-    else std::printf(" %14s %14s\n", "-", "-");
+    // A variant's step time and its fraction of the roofline, or "-" where it did not run.
+    for (const double ms : r.variant_ms) {
+      if (ms > 0) std::printf(" %13.3f %3.0f%%", ms, 100.0 * r.roofline_ms / ms);
+      else std::printf(" %18s", "-");
+    }
+    std::printf("\n");
   }
+  for (const Row& r : rows) std::printf("batch %d: %s\n", r.batch, r.kernels.c_str());
+  if (quant_fusable)
+    std::printf("(\"q epi apart\": quant_gemv_fuse off, rope_write_kv and silu_mul after the quantized GEMV; "
+                "alternating)\n");
   if (gemv_rows > 0)
     std::printf("(GEMMs of up to %d rows on the GEMV kernel, RoPE inside the q/k/v one; \"cuBLAS only\": the same steps "
                 "with it off; \"RoPE apart\": with rope_write_kv after the GEMV; alternating)\n",
@@ -367,8 +418,9 @@ int run(int argc, char** argv) {
   else
     std::printf("(every dense GEMM on cuBLAS: the GEMV kernel is off, --gemv-rows N compares it)\n");
   if (compare_launch_given)
-    std::printf("(programmatic launch %s in the main column, %s in \"%s\")\n", programmatic ? "on" : "off",
-                programmatic ? "off" : "on", programmatic ? "plain launch ms" : "programmatic ms");
+    std::printf("(programmatic launch %s in the main column, %s in \"%s\"; \"PDL, no prefetch\": on without the "
+                "GEMVs' L2 prefetch; \"PDL, late trigger\": on, each kernel's successor scheduled as it completes)\n",
+                programmatic ? "on" : "off", programmatic ? "off" : "on", programmatic ? "plain launch ms" : "programmatic ms");
   else
     std::printf("(programmatic launch %s; --programmatic 0|1 compares it)\n", programmatic ? "on" : "off");
   std::printf("(targets: >= 85%% of the roofline at batch 1, >= 70%% at batch 64; %lld graph / %lld eager steps)\n",

@@ -3,7 +3,9 @@
 // written) and cuBLAS's bf16 GEMM of the same (m, n, k) (cuda_gemm.h). Shapes: k = 4096 with
 // n = 4096 (o), 14336 (gate or up), 1024 (k or v), and k = 14336 with n = 4096 (down); m = 1, 8
 // (decode: the weights should stream at close to copy bandwidth), 64, 256, 512 (toward prefill:
-// compared with cuBLAS's TFLOP/s); Q4_0, Q4_1 and Q8_0 with bf16 activations.
+// compared with cuBLAS's TFLOP/s); Q4_0, Q4_1 and Q8_0 with bf16 activations. Then the decode
+// GEMV's warps a block (QuantGemmArgs::gemv_warps: the k split) swept for Q4_0 at m = 1 on the
+// backend's q/k/v, o, fused gate/up and down shapes.
 //
 // Method (as bench_gemm.cu): random weights (random quant bytes, fp16 scales in [-0.05, 0.05])
 // generated on the device in the GPU layout; each shape rotates among enough weight/x/y sets
@@ -122,7 +124,8 @@ struct Row {
   double cublas_us = 0, cublas_tflops = 0;  // the bf16 cuBLAS row of the same shape (0 when absent)
 };
 
-Row measure_quant(QuantType type, const std::string& shape, int32_t m, int32_t n, int32_t k, cudaStream_t stream) {
+Row measure_quant(QuantType type, const std::string& shape, int32_t m, int32_t n, int32_t k, cudaStream_t stream,
+                  int32_t warps = 0) {
   const size_t w_bytes = round256(size_t(quant_gpu_bytes(type, n, k)));
   const size_t x_bytes = round256(size_t(m) * k * 2), y_bytes = round256(size_t(m) * n * 2);
   const size_t set_bytes = w_bytes + x_bytes + y_bytes;
@@ -144,6 +147,7 @@ Row measure_quant(QuantType type, const std::string& shape, int32_t m, int32_t n
   a.m = m;
   a.workspace = ws_floats > 0 ? ws.ptr : nullptr;
   a.workspace_floats = ws_floats;
+  a.gemv_warps = warps;
   auto args_for = [&](int i) {
     QuantGemmArgs b = a;
     char* base = pool.ptr + set_bytes * (i % sets);
@@ -258,6 +262,21 @@ int run(int argc, char** argv) {
       if (gemm) rows.push_back(dense);
     }
   }
+  // The decode GEMV's k split: Q4_0 at m = 1 on the backend's own weights (q/k/v and gate/up
+  // fused), with the warps a block chosen (0: about 16 an SM) and forced to 2 .. 16.
+  const std::vector<Shape> sweep_shapes =
+      smoke ? std::vector<Shape>{{"smoke", 200, 256}}
+            : std::vector<Shape>{{"q/k/v", 6144, 4096}, {"o", 4096, 4096}, {"gate+up", 28672, 4096}, {"down", 4096, 14336}};
+  const std::vector<int32_t> sweep_warps = {0, 2, 4, 8, 12, 16};
+  std::vector<Row> sweep;
+  for (const Shape& s : sweep_shapes) {
+    for (const int32_t warps : sweep_warps) {
+      Row r = measure_quant(QuantType::Q4_0, s.name, 1, s.n, s.k, stream, warps);
+      std::printf("  sweep %-8s warps=%-2d %9.2f us  %7.1f GB/s %5.1f%% copy  %s\n", s.name, warps, r.t.graph_us,
+                  r.weight_gbps, 100.0 * r.weight_gbps / copy_gbps, r.route.c_str());
+      sweep.push_back(r);
+    }
+  }
   STRATA_CK(cudaStreamDestroy(stream));
 
   if (json_path != nullptr) {
@@ -274,6 +293,14 @@ int run(int argc, char** argv) {
           << ",\"weight_gbps\":" << r.weight_gbps << ",\"frac_copy\":" << r.weight_gbps / copy_gbps
           << ",\"tflops\":" << r.tflops << ",\"cublas_us\":" << r.cublas_us << ",\"cublas_tflops\":" << r.cublas_tflops
           << ",\"route\":\"" << json_escape(r.route) << "\"}";
+    }
+    out << "],\"gemv_warp_sweep\":[";
+    for (size_t i = 0; i < sweep.size(); ++i) {
+      const Row& r = sweep[i];
+      out << (i ? "," : "") << "{\"shape\":\"" << json_escape(r.shape) << "\",\"kind\":\"" << r.kind
+          << "\",\"m\":" << r.m << ",\"n\":" << r.n << ",\"k\":" << r.k << ",\"warps_asked\":"
+          << sweep_warps[i % sweep_warps.size()] << ",\"us\":" << r.t.graph_us << ",\"weight_gbps\":" << r.weight_gbps
+          << ",\"frac_copy\":" << r.weight_gbps / copy_gbps << ",\"route\":\"" << json_escape(r.route) << "\"}";
     }
     out << "]}\n";
     std::printf("wrote %s\n", json_path);
@@ -313,6 +340,16 @@ int run(int argc, char** argv) {
     }
   }
   std::printf("c: weight GB/s as %% of copy; b: TFLOP/s as %% of cuBLAS bf16 on the same shape\n");
+  std::printf("\nQ4_0 GEMV at m=1 by warps a block (0: chosen), us and weight GB/s as %% of copy\n%-8s %11s",
+              "shape", "n x k");
+  for (const int32_t w : sweep_warps) std::printf(" %14s", ("warps=" + std::to_string(w)).c_str());
+  std::printf("\n");
+  for (size_t i = 0; i < sweep.size(); i += sweep_warps.size()) {
+    std::printf("%-8s %5dx%-5d", sweep[i].shape.c_str(), sweep[i].n, sweep[i].k);
+    for (size_t j = 0; j < sweep_warps.size(); ++j)
+      std::printf(" %7.1fus %4.0f%%", sweep[i + j].t.graph_us, 100.0 * sweep[i + j].weight_gbps / copy_gbps);
+    std::printf("\n");
+  }
   return 0;
 }
 

@@ -362,10 +362,9 @@ __device__ void write_zeros(const DecodeParams<T>& p, int32_t seq, int32_t head)
 
 // The partitions merged by a kernel of their own: grid (query heads, sequences).
 template <typename T, int D>
-__global__ void __launch_bounds__(kDecodeThreads) decode_reduce_kernel(DecodeParams<T> p) {
+__global__ void __launch_bounds__(kDecodeThreads) decode_reduce_kernel(DecodeParams<T> p, uint32_t pdl) {
   extern __shared__ float weights[];  // (max_partitions, rounded up to 4) the partitions' weights
-  grid_dependency_wait();
-  grid_dependents_launch();
+  grid_dependency_sync(pdl);
   const int32_t seq = blockIdx.y, head = blockIdx.x;
   const int32_t context = min(p.context_lens[seq], p.max_context);
   if (context <= 0) {  // nothing to attend to: a padding row
@@ -401,15 +400,14 @@ constexpr size_t decode_mma_shared_bytes(int stages) {
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<T> p, int stages) {
+__global__ void __launch_bounds__(kDmWarps * 32) decode_mma_kernel(DecodeParams<T> p, int stages, uint32_t pdl) {
   static_assert(D % 16 == 0 && D <= 128, "head_dim 16..128, whole 16-wide mma steps");
   constexpr int kStride = D + 8;  // a staged row, padded by 16 bytes against bank conflicts
   constexpr int kVec = 16 / sizeof(T);
   constexpr int kRowChunks = D / kVec;
   constexpr int kTileElems = kDmKeys * kStride;
   extern __shared__ float4 dm_smem4[];
-  grid_dependency_wait();
-  grid_dependents_launch();
+  grid_dependency_sync(pdl);
 
   DecodeBlock blk{};
   if (!blk.init(p)) {  // a padding row: with no reduce kernel after this one, its zeros are written here

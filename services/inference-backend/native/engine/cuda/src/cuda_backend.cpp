@@ -756,16 +756,96 @@ struct CudaBackend::Impl {
            cuda::gemv_refusal(dtype, x, x_stride, w.dense, int32_t(m), int32_t(n), int32_t(k)).empty();
   }
 
-  // act = silu(x · gateᵀ) * (x · upᵀ): on the GEMV kernel in one launch (gemv_swiglu) where it
-  // serves the rows, else the gate/up GEMM and then silu_mul.
+  // How a step of `tokens` rows runs a projection and the kernel after it: in one launch on the
+  // dense GEMV (gemv_qkv_rope, gemv_swiglu), in one on quant_gemm's GEMV (quant_gemm_qkv_rope,
+  // quant_gemm_swiglu), or apart (the GEMM, then rope_write_kv or silu_mul).
+  enum class FusedPath { kGemv, kQuant, kApart };
+
+  // RoPE and the K/V cache write of layer l for a step of `tokens` rows (device step integers).
+  cuda::RopeKvArgs rope_args(int32_t l, int32_t tokens, const int32_t* positions, const int32_t* slots) {
+    cuda::RopeKvArgs rope;
+    rope.dtype = dtype;
+    rope.q = qkv.as();
+    rope.q_stride = qkv_dim;
+    rope.k = static_cast<char*>(qkv.as()) + q_dim * int64_t(esize);
+    rope.k_stride = qkv_dim;
+    rope.v = static_cast<char*>(qkv.as()) + (q_dim + kv_dim) * int64_t(esize);
+    rope.v_stride = qkv_dim;
+    rope.positions = positions;
+    rope.slots = slots;
+    rope.inv_freq = inv_freq.as<float>();
+    rope.k_cache = k_cache(l);
+    rope.v_cache = v_cache(l);
+    rope.n_tokens = tokens;
+    rope.num_heads = config.num_heads;
+    rope.num_kv_heads = config.num_kv_heads;
+    rope.head_dim = config.head_dim;
+    rope.block_size = block_size;
+    return rope;
+  }
+
+  cuda::QuantGemmArgs qkv_args(const CudaLayer& w, int32_t tokens) {
+    return quant_args(normed.as(), hidden, w.qkv, qkv.as(), qkv_dim, tokens, w.qkv_bias);
+  }
+
+  // The dense GEMV with no bias (options.gemv_fuse_rope), or quant_gemm's GEMV with or without.
+  FusedPath qkv_path(const CudaLayer& w, int32_t tokens, const cuda::RopeKvArgs& rope) {
+    if (options.gemv_fuse_rope && !w.qkv_bias && on_gemv(normed.as(), hidden, w.qkv, tokens, qkv_dim, hidden))
+      return FusedPath::kGemv;
+    if (quant_fused(w.qkv, tokens) && cuda::quant_qkv_rope_refusal(rope, qkv_args(w, tokens)).empty())
+      return FusedPath::kQuant;
+    return FusedPath::kApart;
+  }
+
+  cuda::QuantGemmArgs gate_up_args(const Linear& gate_up_w, int32_t tokens) {
+    return quant_args(normed.as(), hidden, gate_up_w, act.as(), inter, tokens, nullptr);
+  }
+
+  FusedPath gate_up_path(const Linear& gate_up_w, int32_t tokens) {
+    if (on_gemv(normed.as(), hidden, gate_up_w, tokens, inter, hidden)) return FusedPath::kGemv;
+    if (quant_fused(gate_up_w, tokens) && cuda::quant_swiglu_refusal(gate_up_args(gate_up_w, tokens)).empty())
+      return FusedPath::kQuant;
+    return FusedPath::kApart;
+  }
+
+  // act = silu(x · gateᵀ) * (x · upᵀ).
   void gate_up_act(const Linear& gate_up_w, int32_t tokens) {
-    if (on_gemv(normed.as(), hidden, gate_up_w, tokens, inter, hidden)) {
-      cuda::gemv_swiglu(dtype, normed.as(), hidden, gate_up_w.dense, act.as(), inter, tokens, int32_t(inter),
-                      int32_t(hidden), stream);
-      return;
+    switch (gate_up_path(gate_up_w, tokens)) {
+      case FusedPath::kGemv:
+        cuda::gemv_swiglu(dtype, normed.as(), hidden, gate_up_w.dense, act.as(), inter, tokens, int32_t(inter),
+                          int32_t(hidden), stream);
+        return;
+      case FusedPath::kQuant:
+        cuda::quant_gemm_swiglu(gate_up_args(gate_up_w, tokens), stream);
+        return;
+      case FusedPath::kApart:
+        gemm_rows(normed.as(), hidden, gate_up_w, gate_up.as(), 2 * inter, tokens, 2 * inter, hidden, nullptr);
+        cuda::silu_mul(dtype, gate_up.as(), act.as(), tokens, int32_t(inter), stream);
+        return;
     }
-    gemm_rows(normed.as(), hidden, gate_up_w, gate_up.as(), 2 * inter, tokens, 2 * inter, hidden, nullptr);
-    cuda::silu_mul(dtype, gate_up.as(), act.as(), tokens, int32_t(inter), stream);
+  }
+
+  // Whether a GEMM of m rows on w runs on quant_gemm's GEMV kernel with the next kernel's work in
+  // it (options.quant_gemv_fuse): a quantized weight, not dequantized for cuBLAS (gemm_rows).
+  bool quant_fused(const Linear& w, int64_t m) const {
+    return w.quantized() && options.quant_gemv_fuse && m <= cuda::kQuantGemvMaxM &&
+           !(options.quant_dense_min_rows > 0 && m >= options.quant_dense_min_rows);
+  }
+
+  cuda::QuantGemmArgs quant_args(const void* x, int64_t x_stride, const Linear& w, void* y, int64_t y_stride, int64_t m,
+                                 const void* bias) const {
+    cuda::QuantGemmArgs a;
+    a.dtype = dtype;
+    a.x = x;
+    a.x_stride = x_stride;
+    a.w = w.quant;
+    a.y = y;
+    a.y_stride = y_stride;
+    a.bias = bias;
+    a.m = int32_t(m);
+    a.workspace = quant_workspace.as<float>();
+    a.workspace_floats = quant_workspace_floats;
+    return a;
   }
 
   void gemm_rows(const void* x, int64_t x_stride, const Linear& w, void* y, int64_t y_stride, int64_t m, int64_t n,
@@ -775,18 +855,7 @@ struct CudaBackend::Impl {
                              int64_t{w.quant.rows} * w.quant.cols <= dense_scratch_elems;
     if (dequantized) cuda::quant_dequantize(w.quant, dtype, dense_scratch.as(), stream);
     if (w.quantized() && !dequantized) {
-      cuda::QuantGemmArgs a;
-      a.dtype = dtype;
-      a.x = x;
-      a.x_stride = x_stride;
-      a.w = w.quant;
-      a.y = y;
-      a.y_stride = y_stride;
-      a.bias = bias;
-      a.m = int32_t(m);
-      a.workspace = quant_workspace.as<float>();
-      a.workspace_floats = quant_workspace_floats;
-      cuda::quant_gemm(a, stream);
+      cuda::quant_gemm(quant_args(x, x_stride, w, y, y_stride, m, bias), stream);
       return;
     }
     if (on_gemv(x, x_stride, w, m, n, k))
@@ -919,7 +988,8 @@ struct CudaBackend::Impl {
   // layers, leave the wanted rows' fp32 logits in device_logits(). Nothing here allocates or
   // synchronises, so the same call records a CUDA graph under capture.
   void enqueue(const StepShape& shape) {
-    const cuda::ProgrammaticLaunch programmatic(options.programmatic_launch && cc_major >= 9);
+    const cuda::ProgrammaticLaunch programmatic(options.programmatic_launch && cc_major >= 9,
+                                                options.programmatic_prefetch, options.programmatic_early_trigger);
     int32_t* d = step_ints.as<int32_t>();
     cuda::check(cudaMemcpyAsync(d, step_host.as(), shape.ints * sizeof(int32_t), cudaMemcpyHostToDevice, stream),
                 "copying the step's inputs");
@@ -935,31 +1005,18 @@ struct CudaBackend::Impl {
       // The previous layer's MLP output joins the residual stream here, fused with this norm.
       cuda::add_rms_norm(dtype, res, l == 0 ? nullptr : proj.as(), w.input_norm, normed.as(), tokens, int32_t(hidden),
                          config.rms_norm_eps, stream);
-      cuda::RopeKvArgs rope;
-      rope.dtype = dtype;
-      rope.q = qkv.as();
-      rope.q_stride = qkv_dim;
-      rope.k = static_cast<char*>(qkv.as()) + q_dim * int64_t(esize);
-      rope.k_stride = qkv_dim;
-      rope.v = static_cast<char*>(qkv.as()) + (q_dim + kv_dim) * int64_t(esize);
-      rope.v_stride = qkv_dim;
-      rope.positions = dv.positions;
-      rope.slots = dv.slots;
-      rope.inv_freq = inv_freq.as<float>();
-      rope.k_cache = k_cache(l);
-      rope.v_cache = v_cache(l);
-      rope.n_tokens = tokens;
-      rope.num_heads = config.num_heads;
-      rope.num_kv_heads = config.num_kv_heads;
-      rope.head_dim = config.head_dim;
-      rope.block_size = block_size;
-      // On the GEMV kernel with no bias, RoPE and the K/V cache write ride in the projection's
-      // own launch (the same bytes as the two kernels below).
-      if (options.gemv_fuse_rope && !w.qkv_bias && on_gemv(normed.as(), hidden, w.qkv, tokens, qkv_dim, hidden)) {
-        cuda::gemv_qkv_rope(rope, normed.as(), hidden, w.qkv.dense, int32_t(hidden), stream);
-      } else {
-        gemm_rows(normed.as(), hidden, w.qkv, qkv.as(), qkv_dim, tokens, qkv_dim, hidden, w.qkv_bias);
-        cuda::rope_write_kv(rope, stream);
+      const cuda::RopeKvArgs rope = rope_args(l, tokens, dv.positions, dv.slots);
+      switch (qkv_path(w, tokens, rope)) {
+        case FusedPath::kGemv:
+          cuda::gemv_qkv_rope(rope, normed.as(), hidden, w.qkv.dense, int32_t(hidden), stream);
+          break;
+        case FusedPath::kQuant:
+          cuda::quant_gemm_qkv_rope(rope, qkv_args(w, tokens), stream);
+          break;
+        case FusedPath::kApart:
+          gemm_rows(normed.as(), hidden, w.qkv, qkv.as(), qkv_dim, tokens, qkv_dim, hidden, w.qkv_bias);
+          cuda::rope_write_kv(rope, stream);
+          break;
       }
 
       // Decode rows come first, then the prefill slices' rows, each with its own block tables.
@@ -1348,16 +1405,45 @@ std::string CudaBackend::device_name() const { return impl_->device; }
 
 cuda::DType CudaBackend::dtype() const { return impl_->dtype; }
 
-void CudaBackend::set_step_kernels(int32_t gemv_max_rows, bool gemv_fuse_rope, bool programmatic_launch) {
+std::string CudaBackend::decode_kernels(int32_t batch) {
   Impl& m = *impl_;
-  check_gemv_rows(gemv_max_rows);
-  if (m.options.gemv_max_rows == gemv_max_rows && m.options.gemv_fuse_rope == gemv_fuse_rope &&
-      m.options.programmatic_launch == programmatic_launch)
+  if (batch < 1 || batch > m.options.max_batch_tokens) {
+    bad_input("decode_kernels: batch " + std::to_string(batch) + " outside 1.." +
+              std::to_string(m.options.max_batch_tokens));
+  }
+  const CudaLayer& w = m.layers[0];
+  const auto gemm = [&](const Linear& lin, int64_t n, int64_t k) -> std::string {
+    if (lin.quantized()) return "quant_gemm";
+    return m.on_gemv(m.normed.as(), k, lin, batch, n, k) ? "gemv" : "cuBLAS";
+  };
+  const auto name = [](Impl::FusedPath path, const char* gemv, const char* quant, const std::string& apart) {
+    return path == Impl::FusedPath::kGemv ? std::string(gemv) : path == Impl::FusedPath::kQuant ? quant : apart;
+  };
+  const cuda::RopeKvArgs rope = m.rope_args(0, batch, nullptr, nullptr);
+  return "q/k/v " + name(m.qkv_path(w, batch, rope), "gemv_qkv_rope", "quant_gemm_qkv_rope",
+                         gemm(w.qkv, m.qkv_dim, m.hidden) + " + rope_write_kv") +
+         ", gate/up " + name(m.gate_up_path(w.gate_up, batch), "gemv_swiglu", "quant_gemm_swiglu",
+                             gemm(w.gate_up, 2 * m.inter, m.hidden) + " + silu_mul");
+}
+
+const CudaBackendOptions& CudaBackend::options() const { return impl_->options; }
+
+void CudaBackend::set_step_kernels(const CudaBackendOptions& step) {
+  Impl& m = *impl_;
+  check_gemv_rows(step.gemv_max_rows);
+  CudaBackendOptions& o = m.options;
+  if (o.gemv_max_rows == step.gemv_max_rows && o.gemv_fuse_rope == step.gemv_fuse_rope &&
+      o.quant_gemv_fuse == step.quant_gemv_fuse && o.programmatic_launch == step.programmatic_launch &&
+      o.programmatic_prefetch == step.programmatic_prefetch &&
+      o.programmatic_early_trigger == step.programmatic_early_trigger)
     return;  // the graphs captured already are these kernels'
-  cuda::check(cudaSetDevice(m.options.device), "cudaSetDevice");
-  m.options.gemv_max_rows = gemv_max_rows;
-  m.options.gemv_fuse_rope = gemv_fuse_rope;
-  m.options.programmatic_launch = programmatic_launch;
+  cuda::check(cudaSetDevice(o.device), "cudaSetDevice");
+  o.gemv_max_rows = step.gemv_max_rows;
+  o.gemv_fuse_rope = step.gemv_fuse_rope;
+  o.quant_gemv_fuse = step.quant_gemv_fuse;
+  o.programmatic_launch = step.programmatic_launch;
+  o.programmatic_prefetch = step.programmatic_prefetch;
+  o.programmatic_early_trigger = step.programmatic_early_trigger;
   if (m.num_blocks > 0) {
     m.destroy_graphs();
     m.capture_graphs();

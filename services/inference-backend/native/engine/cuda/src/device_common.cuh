@@ -92,6 +92,15 @@ struct RopeCacheParams {
   int32_t num_heads, num_kv_heads, head_dim, block_size;
 };
 
+// What a projection followed by rope_write_kv leaves for two outputs a and b (each rounded to T)
+// of rows row0 and row1 of one token's fused q/k/v row y: rows of a q or k head come as a rotated
+// pair (row1 = row0 + head_dim / 2): q rotated into y, k as projected into y and rotated into
+// its cache slot; rows of v as any two, into y and the cache as they are. A negative slot is a
+// padding row: nothing goes into the cache.
+template <typename T>
+__device__ __forceinline__ void store_qkv_pair(const RopeCacheParams<T>& p, T* y, int32_t position, int32_t slot,
+                                               int32_t row0, int32_t row1, T a, T b);
+
 // Those of `a`, checked: CudaError naming `what` unless head_dim is even and every count > 0.
 template <typename T>
 RopeCacheParams<T> rope_cache_params(const RopeKvArgs& a, const char* what) {
@@ -109,6 +118,39 @@ template <typename T>
 __device__ __forceinline__ T* cache_row(const RopeCacheParams<T>& p, T* cache, int32_t slot, int32_t kv_head) {
   const int64_t block = slot / p.block_size, offset = slot % p.block_size;
   return cache + ((block * p.num_kv_heads + kv_head) * p.block_size + offset) * p.head_dim;
+}
+
+template <typename T>
+__device__ __forceinline__ void store_qkv_pair(const RopeCacheParams<T>& p, T* y, int32_t position, int32_t slot,
+                                               int32_t row0, int32_t row1, T a, T b) {
+  const int32_t hd = p.head_dim, v_row0 = (p.num_heads + p.num_kv_heads) * hd;
+  if (row0 < v_row0) {
+    const int32_t head = row0 / hd, i = row0 % hd;
+    float c, s;
+    rope_cos_sin(position, p.inv_freq[i], c, s);
+    const T lo = from_float<T>(rotate_lo(to_float(a), to_float(b), c, s));
+    const T hi = from_float<T>(rotate_hi(to_float(a), to_float(b), c, s));
+    if (head < p.num_heads) {
+      y[row0] = lo;
+      y[row1] = hi;
+    } else {
+      y[row0] = a;
+      y[row1] = b;
+      if (slot >= 0) {
+        T* dst = cache_row<T>(p, p.k_cache, slot, head - p.num_heads);
+        dst[i] = lo;
+        dst[i + hd / 2] = hi;
+      }
+    }
+  } else {
+    y[row0] = a;
+    y[row1] = b;
+    if (slot >= 0) {
+      const int32_t d0 = row0 - v_row0, d1 = row1 - v_row0;
+      cache_row<T>(p, p.v_cache, slot, d0 / hd)[d0 % hd] = a;
+      cache_row<T>(p, p.v_cache, slot, d1 / hd)[d1 % hd] = b;
+    }
+  }
 }
 
 // A global load past L1 (ld.global.cg): for data other blocks wrote during this kernel.
@@ -162,6 +204,20 @@ __device__ __forceinline__ void grid_dependents_launch() {
 #endif
 }
 
+// The flags every kernel launch_programmatic launches gets as its last argument (this thread's
+// ProgrammaticLaunch): kPdlPrefetch lets a GEMV ask for its first weights in L2 before it waits;
+// kPdlEarlyTrigger lets each kernel's successor be scheduled once all its blocks have waited,
+// where without it the successor is scheduled as the kernel completes (its launch still
+// prepared while it runs). Both set by default; apart, they time the two effects one at a time.
+inline constexpr uint32_t kPdlPrefetch = 1, kPdlEarlyTrigger = 2;
+uint32_t programmatic_flags();
+
+// grid_dependency_wait(), then the trigger when `pdl` asks for it early.
+__device__ __forceinline__ void grid_dependency_sync(uint32_t pdl) {
+  grid_dependency_wait();
+  if (pdl & kPdlEarlyTrigger) grid_dependents_launch();
+}
+
 // A hint that p's 128-byte line will be read soon: into L2, not L1 (weights, before the wait).
 __device__ __forceinline__ void prefetch_l2(const void* p) {
 #if defined(__CUDA_ARCH__)
@@ -171,9 +227,10 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 #endif
 }
 
-// Launches kernel(args...) on grid x block threads with `shared` bytes of dynamic shared memory
-// on `stream`, with programmatic stream serialization when programmatic_launch() is on: only for kernels that call grid_dependency_wait() before they read
-// or write anything an earlier kernel touches.
+// Launches kernel(args..., programmatic_flags()) on grid x block threads with `shared` bytes of
+// dynamic shared memory on `stream`, with programmatic stream serialization when
+// programmatic_launch() is on: only for kernels that call grid_dependency_sync() before they
+// read or write anything an earlier kernel touches, and take the flags last.
 template <typename... Params, typename... Args>
 void launch_programmatic(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
                          Stream stream, Args... args) {
@@ -187,7 +244,7 @@ void launch_programmatic(const char* name, void (*kernel)(Params...), dim3 grid,
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = programmatic_launch() ? 1 : 0;
-  check(cudaLaunchKernelEx(&config, kernel, args...), name);
+  check(cudaLaunchKernelEx(&config, kernel, args..., programmatic_flags()), name);
 }
 
 // Calls f.template operator()<T>() with T the element type of `dtype`.

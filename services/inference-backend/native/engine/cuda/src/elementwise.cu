@@ -34,11 +34,20 @@ void check(int err, const char* what) {
 
 namespace {
 thread_local bool t_programmatic = false;
+thread_local uint32_t t_programmatic_flags = kPdlPrefetch | kPdlEarlyTrigger;
 }  // namespace
 
-ProgrammaticLaunch::ProgrammaticLaunch(bool on) : previous_(t_programmatic) { t_programmatic = on; }
-ProgrammaticLaunch::~ProgrammaticLaunch() { t_programmatic = previous_; }
+ProgrammaticLaunch::ProgrammaticLaunch(bool on, bool prefetch, bool early_trigger)
+    : previous_(t_programmatic), previous_flags_(t_programmatic_flags) {
+  t_programmatic = on;
+  t_programmatic_flags = (prefetch ? kPdlPrefetch : 0u) | (early_trigger ? kPdlEarlyTrigger : 0u);
+}
+ProgrammaticLaunch::~ProgrammaticLaunch() {
+  t_programmatic = previous_;
+  t_programmatic_flags = previous_flags_;
+}
 bool programmatic_launch() { return t_programmatic; }
+uint32_t programmatic_flags() { return t_programmatic_flags; }
 
 void check_launch(const char* kernel) {
   const cudaError_t err = cudaGetLastError();
@@ -78,10 +87,9 @@ __device__ __forceinline__ void load_strided(const S* row, int32_t base, int32_t
 
 template <typename T>
 __global__ void add_rms_norm_kernel(float* __restrict__ residual, const T* __restrict__ x, const T* __restrict__ weight,
-                                    T* __restrict__ out, int32_t hidden, float eps) {
+                                    T* __restrict__ out, int32_t hidden, float eps, uint32_t pdl) {
   __shared__ float scratch[32];
-  grid_dependency_wait();
-  grid_dependents_launch();
+  grid_dependency_sync(pdl);
   const int64_t row = blockIdx.x;
   float* r = residual + row * hidden;
   const T* xr = x != nullptr ? x + row * hidden : nullptr;

@@ -88,10 +88,11 @@ __device__ __forceinline__ void warp_dot_rows(const T* __restrict__ x, int64_t x
 
 // Under a programmatic launch (strata/cuda_kernels.h) the weights do not depend on the kernel
 // before, so a warp asks for the lines of its rows' first round of loads into L2 before it waits
-// for that kernel; then it lets the next kernel be scheduled. Without one the wait returns at once.
+// for that kernel (kPdlPrefetch); then it lets the next kernel be scheduled (kPdlEarlyTrigger).
+// Without one the wait returns at once.
 template <typename T>
-__device__ __forceinline__ void prefetch_then_wait(const T* const (&rows)[kRows], int32_t k, int lane) {
-  if ((lane & 7) == 0) {  // 8 lanes' 16-byte loads share a 128-byte line
+__device__ __forceinline__ void prefetch_then_wait(const T* const (&rows)[kRows], int32_t k, int lane, uint32_t pdl) {
+  if ((pdl & kPdlPrefetch) && (lane & 7) == 0) {  // 8 lanes' 16-byte loads share a 128-byte line
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int32_t col = lane * kVec + u * kSpan;
@@ -100,15 +101,14 @@ __device__ __forceinline__ void prefetch_then_wait(const T* const (&rows)[kRows]
         if (col < k) prefetch_l2(rows[r] + col);
     }
   }
-  grid_dependency_wait();
-  grid_dependents_launch();
+  grid_dependency_sync(pdl);
 }
 
 // n: rows of y's output; the weight has n rows, or 2n when Gated (gate rows, then up rows).
 template <typename T, int M, bool Gated>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const T* __restrict__ x, int64_t x_stride,
                                                             const T* __restrict__ w, T* __restrict__ y,
-                                                            int64_t y_stride, int32_t n, int32_t k) {
+                                                            int64_t y_stride, int32_t n, int32_t k, uint32_t pdl) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int32_t warp = static_cast<int32_t>(blockIdx.x) * kWarps + static_cast<int32_t>(threadIdx.x >> 5);
   const int32_t row0 = Gated ? warp : warp * kRows;  // the first output this warp writes
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const T* __restrict__
 #pragma unroll
     for (int r = 0; r < kRows; ++r) rows[r] = w + static_cast<int64_t>(min(row0 + r, n - 1)) * k;  // past n: not written
   }
-  prefetch_then_wait(rows, k, lane);
+  prefetch_then_wait(rows, k, lane, pdl);
   float acc[kRows][M];
   warp_dot_rows<T, M>(x, x_stride, rows, k, lane, acc);
   if constexpr (Gated) {
@@ -155,7 +155,7 @@ struct QkvRopeParams : RopeCacheParams<T> {
 template <typename T, int M>
 __global__ void __launch_bounds__(kWarps * 32) gemv_qkv_rope_kernel(const T* __restrict__ x, int64_t x_stride,
                                                                      const T* __restrict__ w, QkvRopeParams<T> p,
-                                                                     int32_t k) {
+                                                                     int32_t k, uint32_t pdl) {
   static_assert(kRows == 2, "a warp owns one rotated pair, or two rows of v");
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int32_t warp = static_cast<int32_t>(blockIdx.x) * kWarps + static_cast<int32_t>(threadIdx.x >> 5);
@@ -169,43 +169,15 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_qkv_rope_kernel(const T* __r
   const int32_t row1 = rotated ? row0 + half : row0 + 1;
   if (row0 >= n) return;  // whole warps leave: no shuffle below waits for them
   const T* rows[kRows] = {w + static_cast<int64_t>(row0) * k, w + static_cast<int64_t>(row1) * k};
-  prefetch_then_wait(rows, k, lane);
+  prefetch_then_wait(rows, k, lane, pdl);
   float acc[kRows][M];
   warp_dot_rows<T, M>(x, x_stride, rows, k, lane, acc);
 
 #pragma unroll
   for (int t = 0; t < M; ++t) {
     if (lane != t) continue;  // lane t writes token t's outputs
-    const T a = from_float<T>(acc[0][t]), b = from_float<T>(acc[1][t]);
-    T* y = p.y + t * p.y_stride;
-    const int32_t slot = p.slots[t];  // negative: a padding row, nothing goes into the cache
-    if (rotated) {
-      float c, s;
-      rope_cos_sin(p.positions[t], p.inv_freq[i], c, s);
-      const T lo = from_float<T>(rotate_lo(to_float(a), to_float(b), c, s));
-      const T hi = from_float<T>(rotate_hi(to_float(a), to_float(b), c, s));
-      if (head < p.num_heads) {
-        y[row0] = lo;
-        y[row1] = hi;
-      } else {
-        y[row0] = a;
-        y[row1] = b;
-        if (slot >= 0) {
-          T* dst = cache_row<T>(p, p.k_cache, slot, head - p.num_heads);
-          dst[i] = lo;
-          dst[i + half] = hi;
-        }
-      }
-    } else {
-      y[row0] = a;
-      y[row1] = b;
-      if (slot >= 0) {
-        const int32_t d = row0 - v_row0;  // row1 is d + 1 of the same head: head_dim is even
-        T* dst = cache_row<T>(p, p.v_cache, slot, d / p.head_dim);
-        dst[d % p.head_dim] = a;
-        dst[d % p.head_dim + 1] = b;
-      }
-    }
+    store_qkv_pair<T>(p, p.y + t * p.y_stride, p.positions[t], p.slots[t], row0, row1, from_float<T>(acc[0][t]),
+                      from_float<T>(acc[1][t]));
   }
 }
 

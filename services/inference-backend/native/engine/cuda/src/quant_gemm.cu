@@ -21,7 +21,9 @@
 // (512 contiguous bytes per warp instruction, not allocated in L1) and multiplies every chunk
 // by all m tokens at once (x read from L1); the block's warps split k, then add their sums
 // through shared memory. The next chunk's weights are loaded before the current one is
-// multiplied.
+// multiplied. Its epilogue may do the next kernel's work (RoPE and the K/V cache write, or the
+// SiLU: quant_gemm_qkv_rope, quant_gemm_swiglu), a block then taking the two tiles whose rows
+// that work pairs.
 // Prefill (quant_tiled_kernel): 8 warps, 128 weight rows x 64 tokens a block; x chunks
 // (64 tokens x 128 values) double-buffered in shared memory with cp.async, weights loaded by
 // each warp straight into registers (a warp pair shares them through L1). When that grid
@@ -282,22 +284,81 @@ __device__ __forceinline__ void block_x_sums(const uint32_t (&b)[4], float (&xsu
   mma16816<T>(xsum, ones, b[2], b[3], xsum);
 }
 
-// Decode. Grid: one block per TM consecutive 16-row tiles; blockDim.x / 32 warps split the row's
-// chunks (warp w takes chunks w, w + warps, ...). Token tile j covers tokens 8j..8j+7 (TN = 1:
-// m <= 8; TN = 2: m <= 16). Dynamic shared memory: warps * TM * TN * 4 * 32 floats.
+// Decode. Grid: one block per TM 16-row tiles; blockDim.x / 32 warps split the row's chunks
+// (warp w takes chunks w, w + warps, ...). Token tile j covers tokens 8j..8j+7 (TN = 1: m <= 8;
+// TN = 2: m <= 16). Dynamic shared memory: warps * TM * TN * 4 * 32 floats.
 // At most 16 warps a block; 8 with two tiles a warp (chosen only when the grid already gives
 // every SM two blocks), which leaves those variants up to 255 registers.
+// A row's sum depends on k and the warp count only: each warp adds its chunks' blocks in chunk
+// order, and the block adds the warps' sums in warp order, whatever the tiles, TM, TN or m.
 constexpr int kGemvMaxWarps = 16;
 constexpr int gemv_max_warps(int tm) { return tm == 2 ? 8 : kGemvMaxWarps; }
 
-template <QuantType Q, typename T, int TM, int TN>
-__global__ void __launch_bounds__(gemv_max_warps(TM) * 32) quant_gemv_kernel(const Params<T> p) {
+// What the decode kernel does with a row's sum (plus its bias), and which tiles a block takes.
+//   kStore:   y = v (+ y), rounded once; a block's TM tiles are consecutive.
+//   kSwiglu:  the weight is a fused (2n, k) gate/up; a block takes tile b of the gate rows and
+//             tile b of the up rows (TM = 2) and writes silu(gate) * up into y (m, n), each
+//             rounded to T first, as quant_gemm into a 2n-wide buffer and then silu_mul.
+//   kQkvRope: the weight is q's heads, k's, then v's (head_dim rows each, head_dim a multiple of
+//             32, or 16); a block takes a rotated pair of tiles of one q or k head (rows i and
+//             i + head_dim / 2 of the head side by side) or two consecutive tiles of v, and
+//             writes what quant_gemm into the q/k/v buffer followed by rope_write_kv leaves: q
+//             rotated, k and v as projected, the rotated k and v in their cache slots. With
+//             head_dim 16 a tile is a head, its pairs rows g and g + 8 of one lane's sums, and a
+//             block takes two consecutive tiles.
+enum class Epilogue { kStore, kSwiglu, kQkvRope };
+
+// The tile of row tile i (< TM) of this block.
+template <Epilogue E, int TM, typename T>
+__device__ __forceinline__ int32_t block_tile(const Params<T>& p, const RopeCacheParams<T>& rope, int i) {
+  if constexpr (E == Epilogue::kStore) {
+    (void)rope;
+    return int32_t(blockIdx.x) * TM + i;
+  } else if constexpr (E == Epilogue::kSwiglu) {
+    (void)rope;
+    return int32_t(blockIdx.x) + i * (p.tiles / 2);
+  } else {
+    if (rope.head_dim == kQuantTileRows) return int32_t(blockIdx.x) * TM + i;  // pairs inside a tile
+    const int32_t head_tiles = rope.head_dim / kQuantTileRows, half_tiles = head_tiles / 2;
+    const int32_t rotated_blocks = (rope.num_heads + rope.num_kv_heads) * half_tiles;
+    const int32_t b = int32_t(blockIdx.x);
+    if (b < rotated_blocks) return (b / half_tiles) * head_tiles + b % half_tiles + i * half_tiles;
+    return (rope.num_heads + rope.num_kv_heads) * head_tiles + 2 * (b - rotated_blocks) + i;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ float plus_bias(const Params<T>& p, int32_t row, float v) {
+  return p.bias != nullptr ? v + to_float(p.bias[row]) : v;
+}
+
+// The paired epilogues for one (row r of the block's two tiles, token tok): sums v0 (first tile)
+// and v1 (second tile).
+template <Epilogue E, typename T>
+__device__ __forceinline__ void store_pair(const Params<T>& p, const RopeCacheParams<T>& rope, int32_t row0,
+                                           int32_t row1, int32_t tok, float v0, float v1) {
+  const T a = from_float<T>(plus_bias(p, row0, v0)), b = from_float<T>(plus_bias(p, row1, v1));
+  T* y = p.y + int64_t{tok} * p.y_stride;
+  if constexpr (E == Epilogue::kSwiglu) {
+    (void)rope;
+    y[row0] = silu_times(a, b);  // row0 < n: a gate row, its output column
+  } else {
+    store_qkv_pair<T>(rope, y, rope.positions[tok], rope.slots[tok], row0, row1, a, b);
+  }
+}
+
+template <QuantType Q, typename T, int TM, int TN, Epilogue E>
+__global__ void __launch_bounds__(gemv_max_warps(TM) * 32) quant_gemv_kernel(const Params<T> p,
+                                                                              const RopeCacheParams<T> rope) {
+  static_assert(E == Epilogue::kStore || TM == 2, "the paired epilogues take two tiles a block");
   extern __shared__ float4 gemv_smem[];
   float* red = reinterpret_cast<float*>(gemv_smem);
-  constexpr int E = TM * TN * 4;
+  constexpr int E4 = TM * TN * 4;  // a lane's sums
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int g = lane / 4, t = lane % 4;
-  const int32_t tile0 = blockIdx.x * TM;
+  // Row tile i of the block, and whether it is inside the matrix (a warp-uniform test).
+  const auto tile = [&](int i) { return block_tile<E, TM>(p, rope, i); };
+  const auto live = [&](int i) { return tile(i) < p.tiles; };
 
   float acc[TM][TN][4];
 #pragma unroll
@@ -319,7 +380,7 @@ __global__ void __launch_bounds__(gemv_max_warps(TM) * 32) quant_gemv_kernel(con
     Chunk<Q> cur[TM];
 #pragma unroll
     for (int i = 0; i < TM; ++i)
-      if (tile0 + i < p.tiles) load_chunk<Q, true>(p, tile0 + i, c, g, t, cur[i]);
+      if (live(i)) load_chunk<Q, true>(p, tile(i), c, g, t, cur[i]);
     for (; c < p.chunks; c += warps) {
       // The next chunk's weights are in flight while this one is multiplied.
       Chunk<Q> next[TM];
@@ -327,7 +388,7 @@ __global__ void __launch_bounds__(gemv_max_warps(TM) * 32) quant_gemv_kernel(con
       if (cn < p.chunks) {
 #pragma unroll
         for (int i = 0; i < TM; ++i)
-          if (tile0 + i < p.tiles) load_chunk<Q, true>(p, tile0 + i, cn, g, t, next[i]);
+          if (live(i)) load_chunk<Q, true>(p, tile(i), cn, g, t, next[i]);
       }
       const int cb = min(kQuantChunkBlocks, p.nb - kQuantChunkBlocks * c);
 #pragma unroll
@@ -345,7 +406,7 @@ __global__ void __launch_bounds__(gemv_max_warps(TM) * 32) quant_gemv_kernel(con
         }
 #pragma unroll
         for (int i = 0; i < TM; ++i) {
-          if (tile0 + i >= p.tiles) continue;  // the warp's whole tile is past the matrix
+          if (!live(i)) continue;  // the warp's whole tile is past the matrix
           uint32_t a0[4], a1[4];
           weight_fragments<Q, T>(cur[i], bi, a0, a1);
 #pragma unroll
@@ -364,16 +425,54 @@ __global__ void __launch_bounds__(gemv_max_warps(TM) * 32) quant_gemv_kernel(con
 #pragma unroll
     for (int j = 0; j < TN; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) red[(warp * E + (i * TN + j) * 4 + e) * 32 + lane] = acc[i][j][e];
+      for (int e = 0; e < 4; ++e) red[(warp * E4 + (i * TN + j) * 4 + e) * 32 + lane] = acc[i][j][e];
   __syncthreads();
-  for (int idx = threadIdx.x; idx < E * 32; idx += blockDim.x) {
-    const int e = idx / 32, L = idx % 32;
-    float v = 0.0f;
-    for (int w = 0; w < warps; ++w) v += red[(w * E + e) * 32 + L];
-    const int i = e / (TN * 4), j = (e / 4) % TN, ce = e % 4;
-    const int32_t row = (tile0 + i) * kQuantTileRows + L / 4 + (ce >= 2 ? 8 : 0);
-    const int32_t tok = 8 * j + 2 * (L % 4) + (ce & 1);
-    if (row < p.n && tok < p.m) store_out(p, tok, row, v);
+  // Element e of lane L of a tile's accumulators: row L / 4 (+ 8 for e >= 2) of the tile, token
+  // 8j + 2 (L % 4) + (e & 1) of token tile j.
+  const auto row_in_tile = [](int L, int ce) { return L / 4 + (ce >= 2 ? 8 : 0); };
+  const auto token = [](int L, int j, int ce) { return 8 * j + 2 * (L % 4) + (ce & 1); };
+  if constexpr (E == Epilogue::kStore) {
+    (void)rope;
+    for (int idx = threadIdx.x; idx < E4 * 32; idx += blockDim.x) {
+      const int e = idx / 32, L = idx % 32;
+      float v = 0.0f;
+      for (int w = 0; w < warps; ++w) v += red[(w * E4 + e) * 32 + L];
+      const int i = e / (TN * 4), j = (e / 4) % TN, ce = e % 4;
+      const int32_t row = tile(i) * kQuantTileRows + row_in_tile(L, ce);
+      const int32_t tok = token(L, j, ce);
+      if (row < p.n && tok < p.m) store_out(p, tok, row, v);
+    }
+  } else if (E == Epilogue::kQkvRope && rope.head_dim == kQuantTileRows) {
+    // Each lane's sums e (row g) and e + 2 (row g + 8) of each tile are a rotated pair.
+    for (int idx = threadIdx.x; idx < TM * TN * 2 * 32; idx += blockDim.x) {
+      const int q = idx / 32, L = idx % 32;
+      const int i = q / (TN * 2), j = (q / 2) % TN, ce = q % 2;
+      const int e = (i * TN + j) * 4 + ce;
+      float v0 = 0.0f, v1 = 0.0f;
+      for (int w = 0; w < warps; ++w) {
+        v0 += red[(w * E4 + e) * 32 + L];
+        v1 += red[(w * E4 + e + 2) * 32 + L];
+      }
+      const int32_t tok = token(L, j, ce);
+      if (!live(i) || tok >= p.m) continue;
+      const int32_t row0 = tile(i) * kQuantTileRows + row_in_tile(L, ce);
+      store_pair<E, T>(p, rope, row0, row0 + 8, tok, v0, v1);
+    }
+  } else {
+    constexpr int H = TN * 4;  // a lane's sums of one tile
+    for (int idx = threadIdx.x; idx < H * 32; idx += blockDim.x) {
+      const int e = idx / 32, L = idx % 32;
+      float v0 = 0.0f, v1 = 0.0f;
+      for (int w = 0; w < warps; ++w) {
+        v0 += red[(w * E4 + e) * 32 + L];
+        v1 += red[(w * E4 + H + e) * 32 + L];
+      }
+      const int j = e / 4, ce = e % 4;
+      const int32_t tok = token(L, j, ce);
+      if (tok >= p.m) continue;
+      const int r = row_in_tile(L, ce);
+      store_pair<E, T>(p, rope, tile(0) * kQuantTileRows + r, tile(1) * kQuantTileRows + r, tok, v0, v1);
+    }
   }
 }
 
@@ -501,9 +600,10 @@ __global__ void __launch_bounds__(kTiledThreads) quant_tiled_kernel(const Params
   }
 }
 
-template <QuantType Q, typename T, int TM, int TN>
-void launch_gemv(const Params<T>& p, dim3 grid, dim3 block, size_t shared, Stream stream) {
-  quant_gemv_kernel<Q, T, TM, TN><<<grid, block, shared, stream>>>(p);
+template <QuantType Q, typename T, int TM, int TN, Epilogue E>
+void launch_gemv(const Params<T>& p, const RopeCacheParams<T>& rope, dim3 grid, dim3 block, size_t shared,
+                 Stream stream) {
+  quant_gemv_kernel<Q, T, TM, TN, E><<<grid, block, shared, stream>>>(p, rope);
 }
 
 // The dense values (quant_dequantize): one thread per (row, block), its 32 values d·q (+ m) in
@@ -575,18 +675,19 @@ struct GemvConfig {
 };
 
 // TN: 8 tokens a tile. TM: two tiles a warp once there are enough tiles to give every SM
-// several blocks anyway (halves the L1 reads of x per weight byte). Warps: enough to have about
-// 16 warps per SM in total, each with at least one chunk.
-GemvConfig gemv_config(int32_t m, int32_t n, int32_t k, int sms) {
+// several blocks anyway (halves the L1 reads of x per weight byte), or always for a paired
+// epilogue (`pairs`: the grid is then one block per pair of tiles). Warps: enough to have about
+// 16 warps per SM in total, each with at least one chunk; `warps` > 0 asks for that many instead
+// (capped at the kernel's most and at the row's chunks), the same split whatever the epilogue.
+GemvConfig gemv_config(int32_t m, int32_t n, int32_t k, int sms, int32_t warps, bool pairs = false) {
   const int64_t tiles = ceil_div(n, kQuantTileRows);
   const int64_t chunks = ceil_div(k / kBlockValues, kQuantChunkBlocks);
   GemvConfig c{};
   c.tn = m <= 8 ? 1 : 2;
-  c.tm = tiles >= 4 * int64_t{sms} ? 2 : 1;
+  c.tm = pairs || tiles >= 4 * int64_t{sms} ? 2 : 1;
   c.grid = ceil_div(tiles, c.tm);
-  const int64_t want = ceil_div(16 * int64_t{sms}, c.grid);
-  c.warps = int(std::clamp<int64_t>(want, 2, gemv_max_warps(c.tm)));
-  c.warps = int(std::min<int64_t>(c.warps, chunks));
+  const int64_t want = warps > 0 ? warps : std::clamp<int64_t>(ceil_div(16 * int64_t{sms}, c.grid), 2, kGemvMaxWarps);
+  c.warps = int(std::min<int64_t>({want, gemv_max_warps(c.tm), chunks}));
   return c;
 }
 
@@ -646,7 +747,8 @@ bool use_gemv(const QuantGemmArgs& a) {
   return a.kernel == QuantKernel::kGemv || (a.kernel == QuantKernel::kAuto && a.m <= kQuantGemvMaxM);
 }
 
-void validate(const QuantGemmArgs& a) {
+// y_width: the columns of y the call writes (n; a gated call's n is half the weight's rows).
+void validate(const QuantGemmArgs& a, int64_t y_width) {
   const QuantWeight& w = a.w;
   require(w.rows > 0 && w.cols > 0 && w.cols % kBlockValues == 0,
           "quant_gemm: the weight needs rows > 0 and cols a positive multiple of 32 (got " + std::to_string(w.rows) +
@@ -654,13 +756,15 @@ void validate(const QuantGemmArgs& a) {
   require(a.m >= 0, "quant_gemm: m must be >= 0");
   require(a.x_stride >= w.cols && a.x_stride % 8 == 0,
           "quant_gemm: x_stride must be >= k and a multiple of 8 (16-byte rows)");
-  require(a.y_stride >= w.rows, "quant_gemm: y_stride must be >= n");
+  require(a.y_stride >= y_width, "quant_gemm: y_stride must be >= n");
   require(a.m == 0 || (a.x != nullptr && a.y != nullptr && w.data != nullptr), "quant_gemm: null x, y or weight");
   require(reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0,
           "quant_gemm: x and the weight must be 16-byte aligned");
   require(a.kernel != QuantKernel::kGemv || a.m <= kQuantGemvMaxM,
           "quant_gemm: the GEMV kernel takes m <= " + std::to_string(kQuantGemvMaxM));
   require(int64_t{a.m} <= int64_t{65535} * kTiledToks, "quant_gemm: m too large");
+  require(a.gemv_warps >= 0 && a.gemv_warps <= kQuantGemvMaxWarps,
+          "quant_gemm: gemv_warps must be 0 (chosen) or 1.." + std::to_string(kQuantGemvMaxWarps));
 }
 
 template <typename T>
@@ -836,13 +940,13 @@ int64_t quant_gemm_workspace_floats_up_to(int32_t max_m, int32_t n, int32_t k) {
 }
 
 std::string quant_gemm_describe(const QuantGemmArgs& a) {
-  validate(a);
+  validate(a, a.w.rows);
   const int sms = device_sms();
   std::string text;
   dispatch_quant(a.w.type, [&]<QuantType Q>() {
     dispatch_half(a.dtype, [&]<typename T>() {
       if (use_gemv(a)) {
-        const GemvConfig c = gemv_config(std::max(a.m, 1), a.w.rows, a.w.cols, sms);
+        const GemvConfig c = gemv_config(std::max(a.m, 1), a.w.rows, a.w.cols, sms, a.gemv_warps);
         text = "gemv TM=" + std::to_string(c.tm) + " TN=" + std::to_string(c.tn) + " warps=" + std::to_string(c.warps) +
                " grid=" + std::to_string(c.grid);
       } else {
@@ -857,21 +961,42 @@ std::string quant_gemm_describe(const QuantGemmArgs& a) {
   return std::string(quant_type_name(a.w.type)) + " " + dtype_name(a.dtype) + " " + text;
 }
 
+namespace {
+
+// The decode kernel for `a` with epilogue E (its config from gemv_config).
+template <QuantType Q, typename T, Epilogue E>
+void launch_gemv_for(const QuantGemmArgs& a, const Params<T>& p, const RopeCacheParams<T>& rope, int sms,
+                     Stream stream) {
+  const GemvConfig c = gemv_config(a.m, a.w.rows, a.w.cols, sms, a.gemv_warps, E != Epilogue::kStore);
+  const size_t shared = static_cast<size_t>(c.warps * c.tm * c.tn * 4 * 32) * sizeof(float);
+  const dim3 grid(unsigned(c.grid)), block(unsigned(32 * c.warps));
+  if constexpr (E == Epilogue::kStore) {
+    if (c.tm == 1 && c.tn == 1) return launch_gemv<Q, T, 1, 1, E>(p, rope, grid, block, shared, stream);
+    if (c.tm == 1) return launch_gemv<Q, T, 1, 2, E>(p, rope, grid, block, shared, stream);
+  }
+  if (c.tn == 1) launch_gemv<Q, T, 2, 1, E>(p, rope, grid, block, shared, stream);
+  else launch_gemv<Q, T, 2, 2, E>(p, rope, grid, block, shared, stream);
+}
+
+// What both paired epilogues need besides validate(): the GEMV, no accumulate.
+std::string paired_refusal(const QuantGemmArgs& a) {
+  if (a.kernel == QuantKernel::kTiled) return "the tiled kernel has no fused epilogue";
+  if (a.m < 1 || a.m > kQuantGemvMaxM) return "m = " + std::to_string(a.m) + " outside 1.." + std::to_string(kQuantGemvMaxM);
+  if (a.accumulate) return "y += is not fused";
+  return "";
+}
+
+}  // namespace
+
 void quant_gemm(const QuantGemmArgs& a, Stream stream) {
-  validate(a);
+  validate(a, a.w.rows);
   if (a.m == 0) return;
   const int sms = device_sms();
   dispatch_quant(a.w.type, [&]<QuantType Q>() {
     dispatch_half(a.dtype, [&]<typename T>() {
       Params<T> p = make_params<T>(a);
       if (use_gemv(a)) {
-        const GemvConfig c = gemv_config(a.m, a.w.rows, a.w.cols, sms);
-        const size_t shared = static_cast<size_t>(c.warps * c.tm * c.tn * 4 * 32) * sizeof(float);
-        const dim3 grid(unsigned(c.grid)), block(unsigned(32 * c.warps));
-        if (c.tm == 1 && c.tn == 1) launch_gemv<Q, T, 1, 1>(p, grid, block, shared, stream);
-        else if (c.tm == 1) launch_gemv<Q, T, 1, 2>(p, grid, block, shared, stream);
-        else if (c.tn == 1) launch_gemv<Q, T, 2, 1>(p, grid, block, shared, stream);
-        else launch_gemv<Q, T, 2, 2>(p, grid, block, shared, stream);
+        launch_gemv_for<Q, T, Epilogue::kStore>(a, p, RopeCacheParams<T>{}, sms, stream);
         check_launch("quant_gemm (gemv)");
         return;
       }
@@ -888,6 +1013,59 @@ void quant_gemm(const QuantGemmArgs& a, Stream stream) {
         quant_split_reduce_kernel<T><<<blocks, 256, 0, stream>>>(p, c.splits);
         check_launch("quant_gemm (split-k reduce)");
       }
+    });
+  });
+}
+
+std::string quant_swiglu_refusal(const QuantGemmArgs& a) {
+  std::string why = paired_refusal(a);
+  if (why.empty() && (a.w.rows % (2 * kQuantTileRows) != 0))
+    why = "the gate/up weight's rows (" + std::to_string(a.w.rows) + ") are not 2n with n a multiple of 16";
+  return why;
+}
+
+void quant_gemm_swiglu(const QuantGemmArgs& a, Stream stream) {
+  validate(a, a.w.rows / 2);
+  const std::string why = quant_swiglu_refusal(a);
+  if (!why.empty()) throw CudaError("quant_gemm_swiglu: " + why);
+  const int sms = device_sms();
+  dispatch_quant(a.w.type, [&]<QuantType Q>() {
+    dispatch_half(a.dtype, [&]<typename T>() {
+      launch_gemv_for<Q, T, Epilogue::kSwiglu>(a, make_params<T>(a), RopeCacheParams<T>{}, sms, stream);
+      check_launch("quant_gemm_swiglu");
+    });
+  });
+}
+
+std::string quant_qkv_rope_refusal(const RopeKvArgs& rope, const QuantGemmArgs& a) {
+  std::string why = paired_refusal(a);
+  if (!why.empty()) return why;
+  if (rope.dtype != a.dtype) return "rope's dtype is not the GEMM's";
+  if (rope.n_tokens != a.m) return "rope's n_tokens is not m";
+  if (rope.head_dim <= 0 || (rope.head_dim % (2 * kQuantTileRows) != 0 && rope.head_dim != kQuantTileRows))
+    return "head_dim " + std::to_string(rope.head_dim) + " is neither 16 nor a multiple of 32";
+  if (rope.num_heads <= 0 || rope.num_kv_heads <= 0) return "no heads";
+  const int64_t q_width = int64_t{rope.num_heads} * rope.head_dim, kv_width = int64_t{rope.num_kv_heads} * rope.head_dim;
+  if (a.w.rows != q_width + 2 * kv_width) return "the weight's rows are not q's, k's and v's";
+  const size_t esize = dtype_size(rope.dtype);
+  const char* q = static_cast<const char*>(rope.q);
+  if (a.y != rope.q || a.y_stride != rope.q_stride || rope.k != q + size_t(q_width) * esize ||
+      rope.v != q + size_t(q_width + kv_width) * esize || rope.k_stride != rope.q_stride ||
+      rope.v_stride != rope.q_stride)
+    return "y, q, k and v must lie side by side in one (n_tokens, q + 2 kv) buffer";
+  return "";
+}
+
+void quant_gemm_qkv_rope(const RopeKvArgs& rope, const QuantGemmArgs& a, Stream stream) {
+  validate(a, a.w.rows);
+  const std::string why = quant_qkv_rope_refusal(rope, a);
+  if (!why.empty()) throw CudaError("quant_gemm_qkv_rope: " + why);
+  const int sms = device_sms();
+  dispatch_quant(a.w.type, [&]<QuantType Q>() {
+    dispatch_half(a.dtype, [&]<typename T>() {
+      launch_gemv_for<Q, T, Epilogue::kQkvRope>(a, make_params<T>(a), rope_cache_params<T>(rope, "quant_gemm_qkv_rope"),
+                                                sms, stream);
+      check_launch("quant_gemm_qkv_rope");
     });
   });
 }

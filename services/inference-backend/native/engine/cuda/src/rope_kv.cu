@@ -20,10 +20,9 @@ struct RopeKvParams : RopeCacheParams<T> {
 };
 
 template <typename T>
-__global__ void rope_write_kv_kernel(RopeKvParams<T> p) {
+__global__ void rope_write_kv_kernel(RopeKvParams<T> p, uint32_t pdl) {
   extern __shared__ float table[];  // cos (half), then sin (half)
-  grid_dependency_wait();
-  grid_dependents_launch();
+  grid_dependency_sync(pdl);
   const int32_t half = p.head_dim / 2;
   const int64_t t = blockIdx.x;
   const int32_t position = p.positions[t];

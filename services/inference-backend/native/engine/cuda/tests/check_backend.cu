@@ -169,12 +169,20 @@ Schedule random_schedule(const ModelConfig& c, int32_t seqs, int32_t max_extra, 
   return s;
 }
 
-// Every sequence's prompt logits, one after another (double for a reference, float to check).
+// Every sequence's logits of one kind, one after another (double for a reference, float to check).
+template <typename T>
+std::vector<T> joined(const std::vector<std::vector<float>>& per_sequence) {
+  std::vector<T> all;
+  for (const auto& l : per_sequence) all.insert(all.end(), l.begin(), l.end());
+  return all;
+}
 template <typename T>
 std::vector<T> prompt_logits(const Run& r) {
-  std::vector<T> all;
-  for (const auto& l : r.first_logits) all.insert(all.end(), l.begin(), l.end());
-  return all;
+  return joined<T>(r.first_logits);
+}
+template <typename T>
+std::vector<T> decode_logits(const Run& r) {  // each sequence's first decode step
+  return joined<T>(r.second_logits);
 }
 
 // Sequence i of `s` on its own, for `new_tokens` tokens.
@@ -397,7 +405,7 @@ void write_quantized(const GgufFile& source, QuantType type, std::optional<Quant
 // dequantized: the exact weights), both on the interleaved schedule; fp32 against the CPU
 // backend (whose activations are quantized to 8 bits, as llama.cpp's: close, not equal).
 void check_quantized(Report& report, const std::filesystem::path& file, const std::string& name,
-                     const std::string& bf16_format, const std::string& f32_format) {
+                     const std::string& bf16_format, const std::string& f32_format, const std::string& kernels) {
   CpuBackend cpu(file);
   Schedule s = random_schedule(cpu.config(), 4, 60, 2, 24);
   // One prompt of 24 tokens or more, so that a step of 16+ rows always runs (the dense prefill's
@@ -429,6 +437,35 @@ void check_quantized(Report& report, const std::filesystem::path& file, const st
   std::string where;
   const bool invariant = batch_invariant(gpu, s, got, &where);
   report.add_exact("gguf batch invariant", "bf16", name + where, invariant);
+  // Decode steps of up to 16 rows run quant_gemm's GEMV with RoPE and the SiLU in it (`kernels`
+  // at batch 1, unless empty); with quant_gemv_fuse off, the GEMV and rope_write_kv / silu_mul apart. A hidden
+  // size of 128 or less is one 128-value chunk a row, one warp's sum either way: the same bits.
+  std::printf("%s: bf16 decode kernels at batch 1: %s\n", name.c_str(), gpu.decode_kernels(1).c_str());
+  if (!kernels.empty())  // empty: a file of unknown make
+    report.add_exact("gguf decode kernels", "bf16", name + ": " + gpu.decode_kernels(1), gpu.decode_kernels(1) == kernels);
+  bool refused = false;
+  try {
+    gpu.decode_kernels(0);
+  } catch (const ModelError&) {
+    refused = true;
+  }
+  report.add_exact("decode_kernels refuses", "bf16", name + ": batch 0", refused);
+  options.quant_gemv_fuse = false;
+  CudaBackend apart(file, options);
+  const Run on_apart = greedy(apart, s);
+  const std::string apart_kernels = apart.decode_kernels(1);
+  const bool one_chunk = gpu.config().hidden_size <= 128;
+  report.add_exact("gguf decode kernels apart", "bf16", name + ": " + apart_kernels,
+                   apart_kernels.find("quant_gemm_qkv_rope") == std::string::npos &&
+                       apart_kernels.find("quant_gemm_swiglu") == std::string::npos);
+  if (one_chunk) {
+    report.add_exact("gguf fused epilogues == apart", "bf16", name + " (tokens and decode logits, bit for bit)",
+                     on_apart.tokens == got.tokens && on_apart.second_logits == got.second_logits);
+  } else {
+    report.add("gguf fused epilogues vs apart", "bf16", name + " (decode logits)",
+               compare(decode_logits<double>(on_apart), decode_logits<float>(got)), 3e-2);
+  }
+  options.quant_gemv_fuse = true;
   // Steps of 16 rows or more (the prompts') on cuBLAS over the weights dequantized to bf16
   // (quant_dense_min_rows), against the exact weights; their logits must also differ from the
   // tiled kernel's (the weights rounded to bf16 there), or the path did not run.
@@ -464,7 +501,7 @@ int main(int argc, char** argv) {
       gguf.emplace(GgufFile::open(source.path));
       const auto is_float = [](const GgufTensor& t) { return t.type == 0 || t.type == 1 || t.type == 30; };
       if (!std::all_of(gguf->tensors().begin(), gguf->tensors().end(), is_float)) {
-        check_quantized(report, source.path, name, "", "");
+        check_quantized(report, source.path, name, "", "", "");
         continue;
       }
     }
@@ -547,12 +584,15 @@ int main(int argc, char** argv) {
                    " greedy tokens agree)", compare(prompt_logits<double>(ref), prompt_logits<float>(got)), 3e-2);
       }
     }
-    // The GEMV run again with programmatic launch: launch order changes nothing computed, so
-    // every token, margin and logit must be the GEMV run's. A backend that throws fails the
-    // check with its message (the other checks have run).
-    {
+    // The GEMV run again with programmatic launch, as a whole and without each of its parts (the
+    // GEMVs' prefetch, the early trigger): launch order changes nothing computed, so every token,
+    // margin and logit must be the GEMV run's. A backend that throws fails the check with its
+    // message (the other checks have run).
+    for (const auto& [prefetch, early] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}}) {
       CudaBackendOptions options = options_for(cuda::DType::kBF16, cuda::kGemvMaxRows);
       options.programmatic_launch = true;
+      options.programmatic_prefetch = prefetch;
+      options.programmatic_early_trigger = early;
       std::string why;
       bool same = false;
       try {
@@ -565,8 +605,9 @@ int main(int argc, char** argv) {
       } catch (const std::exception& e) {
         why = std::string("threw: ") + e.what();
       }
+      const std::string parts = prefetch && early ? "" : prefetch ? ", late trigger" : ", no prefetch";
       report.add_exact("programmatic launch == plain launch", "bf16 gemv programmatic",
-                       name + " (tokens, margins, logits; " + why + ")", same);
+                       name + parts + " (tokens, margins, logits; " + why + ")", same);
     }
     // The engine, sampling on the GPU and on the CPU from the same fp32 backend's logits.
     const std::vector<Request> requests = sampled_requests(cpu.config());
@@ -614,6 +655,7 @@ int main(int argc, char** argv) {
       const char* f32_format;
       bool untie = false;
     };
+    const std::string fused = "q/k/v quant_gemm_qkv_rope, gate/up quant_gemm_swiglu";
     for (const Variant& v :
          {Variant{"Q8_0", QuantType::Q8_0, std::nullopt, "Q8_0 + bfloat16", "float32 (Q8_0 dequantized)"},
           Variant{"Q4_0", QuantType::Q4_0, std::nullopt, "Q4_0 + bfloat16", "float32 (Q4_0 dequantized)"},
@@ -625,7 +667,9 @@ int main(int argc, char** argv) {
           Variant{"Q4_0 untied", QuantType::Q4_0, std::nullopt, "Q4_0 + bfloat16", "float32 (Q4_0 dequantized)", true}}) {
       const std::filesystem::path out = tmp / (std::string(v.label) + ".gguf");
       write_quantized(file, v.type, v.mixed, out, v.untie);
-      check_quantized(report, out, name + " " + v.label, v.bf16_format, v.f32_format);
+      // The mixed file's q/k/v is dense: the dense GEMV's fused RoPE at batch 1.
+      check_quantized(report, out, name + " " + v.label, v.bf16_format, v.f32_format,
+                      v.mixed ? "q/k/v gemv_qkv_rope, gate/up quant_gemm_swiglu" : fused);
     }
     std::filesystem::remove_all(tmp);
   }

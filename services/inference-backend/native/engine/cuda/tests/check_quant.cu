@@ -28,9 +28,11 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "check_util.h"
+#include "rope_util.h"
 #include "strata/cuda_quant.h"
 
 using namespace strata;
@@ -340,6 +342,56 @@ void check_refusals() {
   report.add_exact("quant_gemm refuses", "-", "x_stride not a multiple of 8",
                    throws([&] { quant_gemm(stride, nullptr); }));
   report.add_exact("quant_gemm refuses", "-", "k not a multiple of 32", throws([&] { quant_gemm(cols, nullptr); }));
+  QuantGemmArgs warps = a;
+  warps.gemv_warps = kQuantGemvMaxWarps + 1;
+  report.add_exact("quant_gemm refuses", "-", "gemv_warps 17", throws([&] { quant_gemm(warps, nullptr); }));
+  // The fused epilogues: bf16 x and y (the buffers above are big enough for every case).
+  a.dtype = DType::kBF16;
+  QuantGemmArgs odd = a;
+  odd.w.rows = 48;  // n = 24: the up rows would not start on a tile
+  QuantGemmArgs many = a;
+  many.m = 17;
+  QuantGemmArgs acc = a;
+  acc.accumulate = true;
+  QuantGemmArgs tiled = a;
+  tiled.kernel = QuantKernel::kTiled;
+  const auto swiglu = [](const QuantGemmArgs& args) { return throws([&] { quant_gemm_swiglu(args, nullptr); }); };
+  report.add_exact("quant_gemm_swiglu refuses", "-", "n = 24, not a multiple of 16", swiglu(odd));
+  report.add_exact("quant_gemm_swiglu refuses", "-", "m = 17", swiglu(many));
+  report.add_exact("quant_gemm_swiglu refuses", "-", "y +=", swiglu(acc));
+  report.add_exact("quant_gemm_swiglu refuses", "-", "the tiled kernel", swiglu(tiled));
+  report.add_exact("quant_gemm_swiglu takes", "-", "n = 16, m = 4", quant_swiglu_refusal(a).empty());
+  // q/k/v of 1 q head and 1 KV head of 32 (96 rows; the weight's 32 rows stand in, unread).
+  const KvShape kv{1, 1, 32, 16, 4};
+  DeviceBuffer<int32_t> ints(8);
+  RopeKvArgs rope = qkv_rope_args<__nv_bfloat16>(kv, static_cast<__nv_bfloat16*>(static_cast<void*>(y.ptr)), 96, 4,
+                                                 ints.ptr, ints.ptr, x.ptr, nullptr, nullptr);
+  QuantGemmArgs qkv = a;
+  qkv.w.rows = 96;
+  qkv.y_stride = 96;
+  const auto fused_qkv = [&](const RopeKvArgs& r, const QuantGemmArgs& args) {
+    return throws([&] { quant_gemm_qkv_rope(r, args, nullptr); });
+  };
+  report.add_exact("quant_gemm_qkv_rope takes", "-", "1/1 heads of 32, m = 4", quant_qkv_rope_refusal(rope, qkv).empty());
+  RopeKvArgs d48 = rope;
+  d48.head_dim = 48;
+  QuantGemmArgs qkv48 = qkv;
+  qkv48.w.rows = 144;
+  qkv48.y_stride = 144;
+  d48.q_stride = d48.k_stride = d48.v_stride = 144;
+  d48.k = reinterpret_cast<char*>(y.ptr) + 48 * 2;
+  d48.v = reinterpret_cast<char*>(y.ptr) + 96 * 2;
+  report.add_exact("quant_gemm_qkv_rope refuses", "-", "head_dim 48 (for that reason)",
+                   fused_qkv(d48, qkv48) && quant_qkv_rope_refusal(d48, qkv48).find("head_dim") != std::string::npos);
+  QuantGemmArgs elsewhere = qkv;
+  elsewhere.y = x.ptr;
+  report.add_exact("quant_gemm_qkv_rope refuses", "-", "y apart from q", fused_qkv(rope, elsewhere));
+  RopeKvArgs tokens = rope;
+  tokens.n_tokens = 3;
+  report.add_exact("quant_gemm_qkv_rope refuses", "-", "n_tokens != m", fused_qkv(tokens, qkv));
+  QuantGemmArgs rows = qkv;
+  rows.w.rows = 128;
+  report.add_exact("quant_gemm_qkv_rope refuses", "-", "weight rows != q + 2 kv", fused_qkv(rope, rows));
   report.add_exact("quant_gpu_bytes", "-", "rows rounded up to 16, file bytes per block",
                    quant_gpu_bytes(QuantType::Q4_0, 1000, 4096) == 1008 * 128 * 18 &&
                        quant_gpu_bytes(QuantType::Q4_1, 16, 32) == 16 * 20 &&
@@ -382,6 +434,130 @@ void check_refusals() {
                        quant_gemm_workspace_floats_up_to(max_m, n, k) == each);
     }
   }
+}
+
+// ---- the fused epilogues ----------------------------------------------------------------------
+
+bool same_bytes(const void* a, const void* b, size_t bytes) { return std::memcmp(a, b, bytes) == 0; }
+
+// quant_gemm_swiglu against quant_gemm (same warps) into a (m, 2n) gate/up buffer then silu_mul:
+// the same bytes in every row, y's padding untouched.
+template <typename T>
+void check_swiglu(const HostQuant& hw, const DeviceQuant& dw, int32_t m, int32_t warps, bool bias) {
+  const int32_t n = hw.rows / 2, k = hw.cols;
+  const int64_t x_stride = k + 8, y_stride = n + 3;
+  const std::vector<T> x = convert<T>(random_floats(size_t(m) * x_stride));
+  const std::vector<T> b = convert<T>(random_floats(size_t(2) * n));
+  DeviceBuffer<T> d_x(x.size()), d_b(b.size()), d_gate_up(size_t(m) * 2 * n), d_ref(size_t(m) * n),
+      d_y(size_t(m) * y_stride);
+  d_x.upload(x);
+  d_b.upload(b);
+  d_y.poison();
+  QuantGemmArgs a;
+  a.dtype = dtype_of<T>();
+  a.x = d_x.ptr;
+  a.x_stride = x_stride;
+  a.w = dw.w;
+  a.y = d_gate_up.ptr;
+  a.y_stride = 2 * n;
+  a.bias = bias ? d_b.ptr : nullptr;
+  a.m = m;
+  a.gemv_warps = warps;
+  quant_gemm(a, nullptr);
+  silu_mul(a.dtype, d_gate_up.ptr, d_ref.ptr, m, n, nullptr);
+  a.y = d_y.ptr;
+  a.y_stride = y_stride;
+  quant_gemm_swiglu(a, nullptr);
+  STRATA_CK(cudaDeviceSynchronize());
+  const std::vector<T> ref = d_ref.download(), got = d_y.download();
+  bool same = true, padding = true;
+  for (int32_t t = 0; t < m; ++t) {
+    same = same && same_bytes(got.data() + size_t(t) * y_stride, ref.data() + size_t(t) * n, sizeof(T) * size_t(n));
+    for (int64_t j = n; j < y_stride; ++j) padding = padding && is_poison(got[size_t(t) * y_stride + j]);
+  }
+  report.add_exact("quant_gemm_swiglu == quant_gemm + silu_mul", dtype_name(a.dtype),
+                   std::string(quant_type_name(hw.type)) + " " +
+                       shape_text({{"m", m}, {"n", n}, {"k", k}, {"warps", warps}}) + (bias ? " +bias" : "") +
+                       (padding ? "" : " PADDING WRITTEN"),
+                   same && padding);
+}
+
+// quant_gemm_qkv_rope against quant_gemm (same warps) into the q/k/v buffer followed by
+// rope_write_kv: the same bytes in the buffer (its padding columns included) and in both caches
+// (every slot no token owns still poisoned); token 1, when there is one, is a padding row.
+// hw: the (q + 2 kv, k) weight of s's heads.
+template <typename T>
+void check_qkv_rope(const HostQuant& hw, const DeviceQuant& dw, KvShape s, int32_t m, int32_t warps, bool bias) {
+  const int32_t n = hw.rows, k = hw.cols;
+  const int64_t x_stride = k + 8, y_stride = n + 5;
+  const std::vector<T> x = convert<T>(random_floats(size_t(m) * x_stride));
+  const std::vector<T> b = convert<T>(random_floats(size_t(n)));
+  DeviceBuffer<T> d_x(x.size()), d_b(b.size());
+  d_x.upload(x);
+  d_b.upload(b);
+  const QkvRopeComparison c = compare_qkv_rope<T>(s, m, y_stride, [&](const RopeKvArgs& rope, bool fused) {
+    QuantGemmArgs a;
+    a.dtype = dtype_of<T>();
+    a.x = d_x.ptr;
+    a.x_stride = x_stride;
+    a.w = dw.w;
+    a.y = rope.q;
+    a.y_stride = y_stride;
+    a.bias = bias ? d_b.ptr : nullptr;
+    a.m = m;
+    a.gemv_warps = warps;
+    if (fused) {
+      quant_gemm_qkv_rope(rope, a, nullptr);
+    } else {
+      quant_gemm(a, nullptr);
+      rope_write_kv(rope, nullptr);
+    }
+  });
+  const std::string shape = std::string(quant_type_name(hw.type)) + " " +
+                            shape_text({{"h", s.num_heads}, {"kv", s.num_kv_heads}, {"d", s.head_dim}, {"m", m},
+                                        {"k", k}, {"warps", warps}}) +
+                            (bias ? " +bias" : "");
+  const std::string dt = dtype_name(dtype_of<T>());
+  report.add_exact("quant_gemm_qkv_rope q/k/v == quant_gemm + rope_write_kv", dt, shape, c.buffer_same);
+  report.add_exact("quant_gemm_qkv_rope caches == quant_gemm + rope_write_kv", dt, shape, c.caches_same);
+}
+
+template <typename T>
+void check_fused(QuantType type) {
+  // SwiGLU: n = 96 (12 tiles of gate, 12 of up), chunks of 4 and 3 blocks (k = 608); every m of
+  // both token tiles; warps 1 (every chunk one warp's), 3 and 8; a bias.
+  const HostQuant gate_up = random_quant(type, 2 * 96, 608);
+  const DeviceQuant d_gate_up(gate_up);
+  for (int32_t m : {1, 2, 5, 8, 9, 16}) check_swiglu<T>(gate_up, d_gate_up, m, m % 2 ? 3 : 8, false);
+  check_swiglu<T>(gate_up, d_gate_up, 3, 1, true);
+  // RoPE: Llama-3's heads (32/8 x 128), SmolLM2-135M's (9/3 x 64) and small ones; short k (the
+  // epilogue is what differs), one with a bias (Qwen2's q/k/v). (m, warps, bias) per shape.
+  struct RopeCase {
+    KvShape s;
+    int32_t k;
+    std::vector<std::tuple<int32_t, int32_t, bool>> runs;
+  };
+  const std::vector<RopeCase> rope_cases = {
+      {KvShape{32, 8, 128, 16, 64}, 160, {{2, 3, false}}},
+      {KvShape{9, 3, 64, 16, 20}, 576, {{3, 8, false}}},
+      {KvShape{4, 2, 32, 16, 24}, 608, {{1, 4, false}, {9, 1, true}, {16, 4, false}}},
+      // head_dim 16 (tinystories-656k's): a pair inside a tile; 8/4 heads, and 3/1 (an odd tile count).
+      {KvShape{8, 4, 16, 16, 24}, 128, {{1, 4, false}, {5, 2, false}, {12, 4, true}}},
+      {KvShape{3, 1, 16, 16, 24}, 160, {{2, 3, false}}},
+#ifndef STRATA_CUDA_EMULATION
+      {KvShape{32, 8, 128, 16, 64}, 4096, {{1, 8, false}, {4, 8, false}, {8, 6, false}, {12, 8, false}, {16, 8, true}}},
+#endif
+  };
+  for (const RopeCase& c : rope_cases) {
+    const HostQuant hw = random_quant(type, (c.s.num_heads + 2 * c.s.num_kv_heads) * c.s.head_dim, c.k);
+    const DeviceQuant dw(hw);
+    for (const auto& [m, warps, bias] : c.runs) check_qkv_rope<T>(hw, dw, c.s, m, warps, bias);
+  }
+#ifndef STRATA_CUDA_EMULATION
+  const HostQuant llama = random_quant(type, 2 * 14336, 4096);
+  const DeviceQuant d_llama(llama);
+  for (int32_t m : {1, 8, 16}) check_swiglu<T>(llama, d_llama, m, 3, false);
+#endif
 }
 
 // quant_dequantize against the host's values (dequantize_row's, as random_quant makes them)
@@ -486,6 +662,8 @@ int main() {
     check_type<__half>(type);
     check_dequantize<__nv_bfloat16>(type);
     check_dequantize<__half>(type);
+    check_fused<__nv_bfloat16>(type);
+    check_fused<__half>(type);
   }
   return report.finish("check_cuda_quant");
 }

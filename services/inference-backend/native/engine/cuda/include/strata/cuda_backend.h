@@ -55,6 +55,11 @@ struct CudaBackendOptions {
   // batch-1 and batch-2 steps slower (6.04 against 5.87 ms, 6.50 against 6.10), batch 8 1.6%
   // faster and batch 64 no different (docs/cuda-notes.md).
   bool programmatic_launch = false;
+  // Its two parts, for timing them apart (cuda::ProgrammaticLaunch): the GEMVs' L2 prefetch of
+  // their first weights before they wait, and each kernel letting its successor be scheduled as
+  // soon as its blocks have waited (false: as it completes).
+  bool programmatic_prefetch = true;
+  bool programmatic_early_trigger = true;
   // A GEMM of at least this many rows on a quantized weight (a GGUF file's blocks kept on the
   // device, bf16/fp16) dequantizes the weight into a scratch matrix (cuda::quant_dequantize)
   // and multiplies that with cuBLAS, as llama.cpp does for large batches, instead of running
@@ -64,6 +69,15 @@ struct CudaBackendOptions {
   // model has such weights and max_batch_tokens reaches this count; 0 = never. 512 is an
   // estimate (docs/cuda-notes.md), not yet a GPU measurement.
   int32_t quant_dense_min_rows = 512;
+  // A quantized weight's GEMM on quant_gemm's GEMV kernel (decode steps of up to
+  // cuda::kQuantGemvMaxM sequences) does the next kernel's work in its epilogue: the q/k/v
+  // projection RoPE and the K/V cache write (cuda::quant_gemm_qkv_rope; head_dim 16 or a
+  // multiple of 32), the gate/up projection the SiLU (cuda::quant_gemm_swiglu; intermediate size a multiple
+  // of 16), so that rope_write_kv and silu_mul do not run. The bytes are those of the two kernels
+  // with the same k split; the fused launch's grid may choose another split, so the values can
+  // round differently from false's. On an H100 the two kernels took 6.3 and 3.5 us a layer of a
+  // Llama-3-8B Q4_0 step at batch 1 (docs/cuda-notes.md); the fused step is not yet timed.
+  bool quant_gemv_fuse = true;
 };
 
 struct CudaLoadStats {
@@ -121,10 +135,18 @@ class CudaBackend final : public ModelBackend {
   int64_t eager_steps() const;
   std::string device_name() const;
   cuda::DType dtype() const;
-  // Changes options.gemv_max_rows (0..cuda::kGemvMaxRows), gemv_fuse_rope and
-  // programmatic_launch after load, capturing the decode graphs again: for benchmarks that
-  // compare the kernels of a step both ways in one process. The same settings again: nothing.
-  void set_step_kernels(int32_t gemv_max_rows, bool gemv_fuse_rope, bool programmatic_launch);
+  // How a decode step of `batch` sequences runs the q/k/v and gate/up projections and the kernels
+  // after them, e.g. "q/k/v quant_gemm_qkv_rope, gate/up quant_gemm_swiglu" or "q/k/v cuBLAS +
+  // rope_write_kv, gate/up cuBLAS + silu_mul" (for benchmarks, logs and checks). Throws
+  // ModelError (backend input) for a batch outside 1..max_batch_tokens.
+  std::string decode_kernels(int32_t batch);
+  // The options the backend runs with (those it was given, as set_step_kernels left them).
+  const CudaBackendOptions& options() const;
+  // Takes the step's kernel choices from `step` after load (gemv_max_rows, 0..cuda::kGemvMaxRows;
+  // gemv_fuse_rope; quant_gemv_fuse; programmatic_launch and its prefetch and early trigger) and
+  // captures the decode graphs again; its other fields are not read. For benchmarks that
+  // compare the kernels of a step several ways in one process. The same choices again: nothing.
+  void set_step_kernels(const CudaBackendOptions& step);
 
  private:
   struct Impl;

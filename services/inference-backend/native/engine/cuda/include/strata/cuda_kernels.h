@@ -43,16 +43,20 @@ void check_launch(const char* kernel);
 // into L2), and waits for it to complete (griddepcontrol.wait) before touching anything else.
 // Each of them lets its successor be scheduled once all its blocks have passed that wait. The
 // results are the same bytes; only the gaps between kernels change. Other kernels, and every
-// kernel when none lives, launch as usual. Scopes nest; the innermost wins.
+// kernel when none lives, launch as usual. Scopes nest; the innermost wins. `prefetch` false
+// keeps the GEMVs from asking for their weights before the wait; `early_trigger` false leaves
+// each kernel's successor to be scheduled as the kernel completes, not once its blocks have
+// passed the wait: the two parts of the scheme, to be timed apart.
 class ProgrammaticLaunch {
  public:
-  explicit ProgrammaticLaunch(bool on);
+  explicit ProgrammaticLaunch(bool on, bool prefetch = true, bool early_trigger = true);
   ~ProgrammaticLaunch();
   ProgrammaticLaunch(const ProgrammaticLaunch&) = delete;
   ProgrammaticLaunch& operator=(const ProgrammaticLaunch&) = delete;
 
  private:
   bool previous_;
+  uint32_t previous_flags_;
 };
 bool programmatic_launch();  // this thread's setting
 

@@ -42,6 +42,7 @@ namespace strata::cuda {
 inline constexpr int32_t kQuantTileRows = 16;     // rows per tile of the GPU layout
 inline constexpr int32_t kQuantChunkBlocks = 4;   // blocks per chunk (128 values of a row)
 inline constexpr int32_t kQuantGemvMaxM = 16;     // largest m the decode (GEMV) kernel takes
+inline constexpr int32_t kQuantGemvMaxWarps = 16; // most warps a GEMV block splits a row's k among
 
 // Bytes of one block (18, 20, 34), and of a (rows, cols) matrix in the GPU layout: rows rounded
 // up to kQuantTileRows, cols / 32 blocks a row. cols must be a positive multiple of 32.
@@ -92,11 +93,37 @@ struct QuantGemmArgs {
   // (m up to a few hundred on small n); the partial sums go here, fp32. Null: no split.
   float* workspace = nullptr;
   int64_t workspace_floats = 0;
+  // The GEMV kernel's warps a block, which split each row's k (a row's sum depends on k and this
+  // count only): 0 = chosen from the shape and the GPU (about 16 warps an SM); 1..16 asks for
+  // that many, capped at the row's 128-value chunks and at 8 where a warp takes two tiles (large
+  // n, and the fused epilogues below). For checks and benchmarks.
+  int32_t gemv_warps = 0;
 };
 
 // Launches the GEMM on `stream`: no allocation and no synchronisation, so it can be captured in a
 // CUDA graph. Throws CudaError on a bad argument or a failed launch.
 void quant_gemm(const QuantGemmArgs& args, Stream stream);
+
+// The decode GEMV with the next kernel's work in its epilogue, for m = 1..kQuantGemvMaxM (kAuto
+// or kGemv; no accumulate). Each gives the bytes of quant_gemm with the same gemv_warps followed
+// by that kernel, without writing and reading the GEMM's output in between or a second launch;
+// with gemv_warps = 0 the warp count is chosen for the fused launch's grid (one block per pair of
+// tiles, two tiles a warp), which may differ from quant_gemm's own choice and so round
+// differently. Both throw CudaError for what quant_gemm refuses and for what the *_refusal
+// functions name ("" when the call can run).
+//
+// Gated: a.w is a fused (2n, k) gate/up weight (gate rows, then up rows; n a multiple of 16),
+// a.bias (2n) or null, a.y (m, n) with y_stride >= n: y[i, j] = silu(g) * u, g and u the
+// GEMM's outputs j and n + j rounded to the dtype, as quant_gemm into (m, 2n) then silu_mul.
+std::string quant_swiglu_refusal(const QuantGemmArgs& args);
+void quant_gemm_swiglu(const QuantGemmArgs& args, Stream stream);
+// The q/k/v projection with RoPE and the K/V cache write: a.w is the (q + 2 kv, k) weight of q's,
+// k's and v's heads (head_dim 16 or a multiple of 32), a.bias (q + 2 kv) or null, and a.y, rope.q, k
+// and v side by side in one buffer (a.y == rope.q, one row stride), rope.n_tokens == a.m. The
+// bytes of quant_gemm into that buffer followed by rope_write_kv(rope): q rotated in place, k
+// and v as projected, the rotated k and v in their cache slots (none for a negative slot).
+std::string quant_qkv_rope_refusal(const RopeKvArgs& rope, const QuantGemmArgs& args);
+void quant_gemm_qkv_rope(const RopeKvArgs& rope, const QuantGemmArgs& args, Stream stream);
 
 // The matrix's values, dense: `out` (w.rows, w.cols) row-major in dtype (kBF16 or kF16), each
 // d·q (+ m) made in fp32 as the CPU backend's dequantize_row makes it and rounded once to the
