@@ -220,6 +220,11 @@ export interface NativeEngineInfo {
   sampling: 'cpu' | 'gpu';
   /** Why sampling is on the CPU although the GPU was configured (e.g. a vocabulary too large for it). */
   samplingNote?: string;
+  /**
+   * The CUDA backend: how a decode step of one sequence runs its q/k/v and gate/up projections
+   * and the kernels after them, e.g. "q/k/v quant_gemm_qkv_rope, gate/up quant_gemm_swiglu".
+   */
+  decodeKernels?: string;
 }
 
 export interface NativeEngine {

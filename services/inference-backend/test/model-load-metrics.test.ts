@@ -45,6 +45,8 @@ describe.skipIf(!tiny.path)(`model load time and throughput${tiny.skipped}`, () 
     expect(loaded.device_load_gb_per_s).toBe(backend.host.loaded?.engine.info.loadGBPerSecond);
     // fp32 safetensors: the KV cache stays fp32 (auto), and the log line says so.
     expect((loaded as unknown as Record<string, string>).kv_cache_dtype).toBe('float32');
+    // decode_kernels is the CUDA backend's (which kernels a decode step runs): none on the CPU.
+    expect(loaded).not.toHaveProperty('decode_kernels');
 
     const after = await backend.scrape();
     expect(sample(after, 'strata_backend_model_load_seconds', MODEL_LABELS)).toBe(engineSeconds);

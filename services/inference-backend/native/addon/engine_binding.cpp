@@ -606,6 +606,7 @@ Napi::Value EngineBinding::Info(const Napi::CallbackInfo& info) {
   o.Set("loadGBPerSecond", loaded.load_gb_per_s);
   o.Set("sampling", loaded.sampling);
   if (!loaded.sampling_note.empty()) o.Set("samplingNote", loaded.sampling_note);
+  if (!loaded.decode_kernels.empty()) o.Set("decodeKernels", loaded.decode_kernels);
   return o;
 }
 

@@ -98,6 +98,7 @@ export class ModelHost {
           device_load_gb_per_s: info.loadGBPerSecond,
           sampling: info.sampling,
           ...(info.samplingNote ? { sampling_note: info.samplingNote } : {}),
+          ...(info.decodeKernels ? { decode_kernels: info.decodeKernels } : {}),
           // Structured output: llguidance's version, or why constrained requests are refused.
           structured_output: this.runtime.grammar.available
             ? this.runtime.grammar.version

@@ -117,6 +117,7 @@ std::unique_ptr<ModelBackend> load_cuda(const RunnerOptions& o, RunnerInfo& info
   info.load_gb_per_s = gpu->load_stats().gb_per_s();
   info.sampling = gpu->samples_on_device() ? "gpu" : "cpu";
   info.sampling_note = gpu->sampling_note();
+  info.decode_kernels = gpu->decode_kernels(1);
   info.kv_bytes_per_block = gpu->kv_bytes_per_block(o.engine.block_size);
   if (o.engine.num_blocks <= 0) affordable = gpu->profile_kv_blocks(o.engine.block_size, o.gpu_memory_utilization);
   return gpu;

@@ -84,12 +84,16 @@ TEST_CASE("cuda: loads a GGUF file and says how it holds the weights") {
   if (models() == nullptr) return strata_test::skip("tinystories-656k not found (STRATA_MODELS_DIR unset)");
   RunnerOptions o = cuda_tiny();
   o.model_dir = (std::filesystem::path(models()) / "tinystories-656k-gguf").string();  // fp32 tensors
-  CHECK_STR_EQ(EngineRunner::load(o)->info().weights, "float32");
+  auto f32 = EngineRunner::load(o);
+  CHECK_STR_EQ(f32->info().weights, "float32");
+  // fp32: every GEMM on cuBLAS (the GEMV kernels are bf16/fp16 only).
+  CHECK_STR_EQ(f32->info().decode_kernels, "q/k/v cuBLAS + rope_write_kv, gate/up cuBLAS + silu_mul");
   o.dtype = "bfloat16";
   o.kv_cache_dtype = "auto";
   auto runner = EngineRunner::load(o);
   CHECK_STR_EQ(runner->info().weights, "bfloat16");
   CHECK_STR_EQ(runner->info().backend_name, "cuda");
+  CHECK_STR_EQ(runner->info().decode_kernels, "q/k/v gemv_qkv_rope, gate/up gemv_swiglu");
 }
 
 TEST_CASE("cuda: the loop serves a request to its end") {

@@ -47,6 +47,7 @@ struct RunnerInfo {
   double load_gb_per_s = 0;          // checkpoint bytes read per second (CUDA: to the device)
   std::string sampling = "cpu";      // where tokens are sampled: "cpu" or "gpu"
   std::string sampling_note;         // why not on the GPU although configured; empty otherwise
+  std::string decode_kernels;        // CUDA: how a one-sequence decode step runs its projections; CPU: empty
   int32_t num_threads = 0;
   double load_seconds = 0;
   int64_t kv_bytes_per_block = 0;
