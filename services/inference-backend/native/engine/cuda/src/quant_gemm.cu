@@ -981,7 +981,8 @@ void launch_gemv_for(const QuantGemmArgs& a, const Params<T>& p, const RopeCache
 // What both paired epilogues need besides validate(): the GEMV, no accumulate.
 std::string paired_refusal(const QuantGemmArgs& a) {
   if (a.kernel == QuantKernel::kTiled) return "the tiled kernel has no fused epilogue";
-  if (a.m < 1 || a.m > kQuantGemvMaxM) return "m = " + std::to_string(a.m) + " outside 1.." + std::to_string(kQuantGemvMaxM);
+  if (a.m < 1 || a.m > kQuantGemvMaxM)
+    return "m = " + std::to_string(a.m) + " outside 1.." + std::to_string(kQuantGemvMaxM);
   if (a.accumulate) return "y += is not fused";
   return "";
 }
@@ -1045,7 +1046,8 @@ std::string quant_qkv_rope_refusal(const RopeKvArgs& rope, const QuantGemmArgs& 
   if (rope.head_dim <= 0 || (rope.head_dim % (2 * kQuantTileRows) != 0 && rope.head_dim != kQuantTileRows))
     return "head_dim " + std::to_string(rope.head_dim) + " is neither 16 nor a multiple of 32";
   if (rope.num_heads <= 0 || rope.num_kv_heads <= 0) return "no heads";
-  const int64_t q_width = int64_t{rope.num_heads} * rope.head_dim, kv_width = int64_t{rope.num_kv_heads} * rope.head_dim;
+  const int64_t q_width = int64_t{rope.num_heads} * rope.head_dim;
+  const int64_t kv_width = int64_t{rope.num_kv_heads} * rope.head_dim;
   if (a.w.rows != q_width + 2 * kv_width) return "the weight's rows are not q's, k's and v's";
   const size_t esize = dtype_size(rope.dtype);
   const char* q = static_cast<const char*>(rope.q);

@@ -72,8 +72,8 @@ struct CudaBackendOptions {
   // A quantized weight's GEMM on quant_gemm's GEMV kernel (decode steps of up to
   // cuda::kQuantGemvMaxM sequences) does the next kernel's work in its epilogue: the q/k/v
   // projection RoPE and the K/V cache write (cuda::quant_gemm_qkv_rope; head_dim 16 or a
-  // multiple of 32), the gate/up projection the SiLU (cuda::quant_gemm_swiglu; intermediate size a multiple
-  // of 16), so that rope_write_kv and silu_mul do not run. The bytes are those of the two kernels
+  // multiple of 32), the gate/up projection the SiLU (cuda::quant_gemm_swiglu; intermediate
+  // size a multiple of 16), so that rope_write_kv and silu_mul do not run. The bytes are those of the two kernels
   // with the same k split; the fused launch's grid may choose another split, so the values can
   // round differently from false's. On an H100 the two kernels took 6.3 and 3.5 us a layer of a
   // Llama-3-8B Q4_0 step at batch 1 (docs/cuda-notes.md); the fused step is not yet timed.

@@ -105,12 +105,12 @@ struct QuantGemmArgs {
 void quant_gemm(const QuantGemmArgs& args, Stream stream);
 
 // The decode GEMV with the next kernel's work in its epilogue, for m = 1..kQuantGemvMaxM (kAuto
-// or kGemv; no accumulate). Each gives the bytes of quant_gemm with the same gemv_warps followed
-// by that kernel, without writing and reading the GEMM's output in between or a second launch;
-// with gemv_warps = 0 the warp count is chosen for the fused launch's grid (one block per pair of
-// tiles, two tiles a warp), which may differ from quant_gemm's own choice and so round
-// differently. Both throw CudaError for what quant_gemm refuses and for what the *_refusal
-// functions name ("" when the call can run).
+// or kGemv; no accumulate). Each gives the bytes of quant_gemm with the same gemv_warps (at most
+// 8: a fused block takes two tiles) followed by that kernel, without writing and reading the
+// GEMM's output in between or a second launch; with gemv_warps = 0 the warp count is chosen for
+// the fused launch's grid (one block per pair of tiles, two tiles a warp), which may differ from
+// quant_gemm's own choice and so round differently. Both throw CudaError for what quant_gemm
+// refuses and for what the *_refusal functions name ("" when the call can run).
 //
 // Gated: a.w is a fused (2n, k) gate/up weight (gate rows, then up rows; n a multiple of 16),
 // a.bias (2n) or null, a.y (m, n) with y_stride >= n: y[i, j] = silu(g) * u, g and u the
@@ -118,10 +118,11 @@ void quant_gemm(const QuantGemmArgs& args, Stream stream);
 std::string quant_swiglu_refusal(const QuantGemmArgs& args);
 void quant_gemm_swiglu(const QuantGemmArgs& args, Stream stream);
 // The q/k/v projection with RoPE and the K/V cache write: a.w is the (q + 2 kv, k) weight of q's,
-// k's and v's heads (head_dim 16 or a multiple of 32), a.bias (q + 2 kv) or null, and a.y, rope.q, k
-// and v side by side in one buffer (a.y == rope.q, one row stride), rope.n_tokens == a.m. The
-// bytes of quant_gemm into that buffer followed by rope_write_kv(rope): q rotated in place, k
-// and v as projected, the rotated k and v in their cache slots (none for a negative slot).
+// k's and v's heads (head_dim 16 or a multiple of 32), a.bias (q + 2 kv) or null, and a.y,
+// rope.q, k and v side by side in one buffer (a.y == rope.q, one row stride), rope.n_tokens ==
+// a.m. The bytes of quant_gemm into that buffer followed by rope_write_kv(rope): q rotated in
+// place, k and v as projected, the rotated k and v in their cache slots (none for a negative
+// slot).
 std::string quant_qkv_rope_refusal(const RopeKvArgs& rope, const QuantGemmArgs& args);
 void quant_gemm_qkv_rope(const RopeKvArgs& rope, const QuantGemmArgs& args, Stream stream);
 
