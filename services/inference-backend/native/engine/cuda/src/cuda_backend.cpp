@@ -826,10 +826,22 @@ struct CudaBackend::Impl {
   }
 
   // Whether a GEMM of m rows on w runs on quant_gemm's GEMV kernel with the next kernel's work in
-  // it (options.quant_gemv_fuse): a quantized weight, not dequantized for cuBLAS (gemm_rows).
+  // it (options.quant_gemv_fuse): a quantized weight that gemm_rows would run on quant_gemm.
   bool quant_fused(const Linear& w, int64_t m) const {
-    return w.quantized() && options.quant_gemv_fuse && m <= cuda::kQuantGemvMaxM &&
-           !(options.quant_dense_min_rows > 0 && m >= options.quant_dense_min_rows);
+    return w.quantized() && !dequantized(w, m) && options.quant_gemv_fuse && m <= cuda::kQuantGemvMaxM;
+  }
+
+  // A quantized weight of a large GEMM: its values into the scratch, then cuBLAS as for a dense one.
+  bool dequantized(const Linear& w, int64_t m) const {
+    return w.quantized() && options.quant_dense_min_rows > 0 && m >= options.quant_dense_min_rows &&
+           int64_t{w.quant.rows} * w.quant.cols <= dense_scratch_elems;
+  }
+
+  // The kernel gemm_rows runs for m rows of x on w.
+  enum class GemmKernel { kQuant, kDequantized, kGemv, kCublas };
+  GemmKernel gemm_kernel(const void* x, int64_t x_stride, const Linear& w, int64_t m, int64_t n, int64_t k) const {
+    if (w.quantized()) return dequantized(w, m) ? GemmKernel::kDequantized : GemmKernel::kQuant;
+    return on_gemv(x, x_stride, w, m, n, k) ? GemmKernel::kGemv : GemmKernel::kCublas;
   }
 
   cuda::QuantGemmArgs quant_args(const void* x, int64_t x_stride, const Linear& w, void* y, int64_t y_stride, int64_t m,
@@ -850,19 +862,21 @@ struct CudaBackend::Impl {
 
   void gemm_rows(const void* x, int64_t x_stride, const Linear& w, void* y, int64_t y_stride, int64_t m, int64_t n,
                  int64_t k, const void* bias) {
-    // A quantized weight of a large GEMM: its values into the scratch, then cuBLAS as for a dense one.
-    const bool dequantized = w.quantized() && options.quant_dense_min_rows > 0 && m >= options.quant_dense_min_rows &&
-                             int64_t{w.quant.rows} * w.quant.cols <= dense_scratch_elems;
-    if (dequantized) cuda::quant_dequantize(w.quant, dtype, dense_scratch.as(), stream);
-    if (w.quantized() && !dequantized) {
-      cuda::quant_gemm(quant_args(x, x_stride, w, y, y_stride, m, bias), stream);
-      return;
+    switch (gemm_kernel(x, x_stride, w, m, n, k)) {
+      case GemmKernel::kQuant:
+        cuda::quant_gemm(quant_args(x, x_stride, w, y, y_stride, m, bias), stream);
+        return;  // the bias in the epilogue
+      case GemmKernel::kDequantized:
+        cuda::quant_dequantize(w.quant, dtype, dense_scratch.as(), stream);
+        gemm->matmul(dtype, x, x_stride, dense_scratch.as(), y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
+        break;
+      case GemmKernel::kGemv:
+        cuda::gemv(dtype, x, x_stride, w.dense, y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
+        break;
+      case GemmKernel::kCublas:
+        gemm->matmul(dtype, x, x_stride, w.dense, y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
+        break;
     }
-    if (on_gemv(x, x_stride, w, m, n, k))
-      cuda::gemv(dtype, x, x_stride, w.dense, y, y_stride, int32_t(m), int32_t(n), int32_t(k), stream);
-    else
-      gemm->matmul(dtype, x, x_stride, dequantized ? dense_scratch.as() : w.dense, y, y_stride, int32_t(m), int32_t(n),
-                   int32_t(k), stream);
     if (bias) cuda::add_bias(dtype, y, y_stride, bias, int32_t(m), int32_t(n), stream);
   }
 
@@ -1413,8 +1427,13 @@ std::string CudaBackend::decode_kernels(int32_t batch) {
   }
   const CudaLayer& w = m.layers[0];
   const auto gemm = [&](const Linear& lin, int64_t n, int64_t k) -> std::string {
-    if (lin.quantized()) return "quant_gemm";
-    return m.on_gemv(m.normed.as(), k, lin, batch, n, k) ? "gemv" : "cuBLAS";
+    switch (m.gemm_kernel(m.normed.as(), k, lin, batch, n, k)) {
+      case Impl::GemmKernel::kQuant: return "quant_gemm";
+      case Impl::GemmKernel::kDequantized: return "cuBLAS on dequantized";
+      case Impl::GemmKernel::kGemv: return "gemv";
+      case Impl::GemmKernel::kCublas: break;
+    }
+    return "cuBLAS";
   };
   const auto name = [](Impl::FusedPath path, const char* gemv, const char* quant, const std::string& apart) {
     return path == Impl::FusedPath::kGemv ? std::string(gemv) : path == Impl::FusedPath::kQuant ? quant : apart;
