@@ -120,6 +120,20 @@ struct DeviceQuant {
   }
 };
 
+// y = x · Wᵀ for m rows of x in T (bf16 or f16); everything else at its default.
+template <typename T>
+QuantGemmArgs gemm_args(const T* x, int64_t x_stride, const QuantWeight& w, void* y, int64_t y_stride, int32_t m) {
+  QuantGemmArgs a;
+  a.dtype = dtype_of<T>();
+  a.x = x;
+  a.x_stride = x_stride;
+  a.w = w;
+  a.y = y;
+  a.y_stride = y_stride;
+  a.m = m;
+  return a;
+}
+
 // ref and S (see the top) for y[i, j], i < m, j < n, in float64 over all cores.
 void reference(const HostQuant& w, const std::vector<double>& x, int64_t x_stride, int32_t m,
                const std::vector<double>* bias, const std::vector<double>* y_old, int64_t y_stride,
@@ -196,16 +210,9 @@ void check_case(const HostQuant& hw, const DeviceQuant& dw, int32_t m, Options o
   DeviceBuffer<float> d_ws(size_t(std::max<int64_t>(ws_floats, 1)));
   d_ws.poison();
 
-  QuantGemmArgs a;
-  a.dtype = dtype_of<T>();
-  a.x = d_x.ptr;
-  a.x_stride = x_stride;
-  a.w = dw.w;
-  a.y = d_y.ptr;
-  a.y_stride = y_stride;
+  QuantGemmArgs a = gemm_args(d_x.ptr, x_stride, dw.w, d_y.ptr, y_stride, m);
   a.bias = o.bias ? d_bias.ptr : nullptr;
   a.accumulate = o.accumulate;
-  a.m = m;
   a.kernel = o.kernel;
   a.workspace = ws_floats > 0 ? d_ws.ptr : nullptr;
   a.workspace_floats = ws_floats;
@@ -270,14 +277,7 @@ void check_graph(const HostQuant& hw, const DeviceQuant& dw, int32_t m) {
   d_eager.poison();
   const int64_t ws = quant_gemm_workspace_floats(m, n, k);
   DeviceBuffer<float> d_ws(size_t(std::max<int64_t>(ws, 1)));
-  QuantGemmArgs a;
-  a.dtype = dtype_of<T>();
-  a.x = d_x.ptr;
-  a.x_stride = k;
-  a.w = dw.w;
-  a.y = d_eager.ptr;
-  a.y_stride = n;
-  a.m = m;
+  QuantGemmArgs a = gemm_args(d_x.ptr, k, dw.w, d_eager.ptr, n, m);
   a.workspace = ws > 0 ? d_ws.ptr : nullptr;
   a.workspace_floats = ws;
   quant_gemm(a, nullptr);
@@ -453,15 +453,8 @@ void check_swiglu(const HostQuant& hw, const DeviceQuant& dw, int32_t m, int32_t
   d_x.upload(x);
   d_b.upload(b);
   d_y.poison();
-  QuantGemmArgs a;
-  a.dtype = dtype_of<T>();
-  a.x = d_x.ptr;
-  a.x_stride = x_stride;
-  a.w = dw.w;
-  a.y = d_gate_up.ptr;
-  a.y_stride = 2 * n;
+  QuantGemmArgs a = gemm_args(d_x.ptr, x_stride, dw.w, d_gate_up.ptr, 2 * n, m);
   a.bias = bias ? d_b.ptr : nullptr;
-  a.m = m;
   a.gemv_warps = warps;
   quant_gemm(a, nullptr);
   silu_mul(a.dtype, d_gate_up.ptr, d_ref.ptr, m, n, nullptr);
@@ -496,15 +489,8 @@ void check_qkv_rope(const HostQuant& hw, const DeviceQuant& dw, KvShape s, int32
   d_x.upload(x);
   d_b.upload(b);
   const QkvRopeComparison c = compare_qkv_rope<T>(s, m, y_stride, [&](const RopeKvArgs& rope, bool fused) {
-    QuantGemmArgs a;
-    a.dtype = dtype_of<T>();
-    a.x = d_x.ptr;
-    a.x_stride = x_stride;
-    a.w = dw.w;
-    a.y = rope.q;
-    a.y_stride = y_stride;
+    QuantGemmArgs a = gemm_args(d_x.ptr, x_stride, dw.w, rope.q, y_stride, m);
     a.bias = bias ? d_b.ptr : nullptr;
-    a.m = m;
     a.gemv_warps = warps;
     if (fused) {
       quant_gemm_qkv_rope(rope, a, nullptr);
