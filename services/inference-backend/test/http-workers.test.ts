@@ -5,6 +5,7 @@
 // Uses dist/ from the package build (the turbo test task runs after build).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { modelPath, optionalModel } from './support/models.js';
+import { parseMetrics, sample } from './support/observed-backend.js';
 import { ensureDist, type ServiceProcess, startService, waitFor } from './support/service-process.js';
 
 const tiny = optionalModel('tinystories-656k');
@@ -16,14 +17,6 @@ afterAll(() => service?.kill());
 
 /** A fresh connection per request, so the kernel picks a loop for each. */
 const headers = { 'content-type': 'application/json', connection: 'close' };
-
-/** Sum of a metric's samples whose line contains every one of `parts`. */
-function sample(text: string, name: string, ...parts: string[]): number {
-  return text
-    .split('\n')
-    .filter((line) => line.startsWith(name) && parts.every((p) => line.includes(p)))
-    .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(' ') + 1)), 0);
-}
 
 describe.skipIf(!tiny.path)(`STRATA_HTTP_WORKERS=3 (real process)${tiny.skipped}`, () => {
   it('serves one port and one engine from three event loops, counts and drains them as one', async () => {
@@ -102,9 +95,11 @@ describe.skipIf(!tiny.path)(`STRATA_HTTP_WORKERS=3 (real process)${tiny.skipped}
     // Every scrape, whichever loop answers it, counts all 24 and each loop's HTTP requests.
     for (let i = 0; i < 6; i++) {
       const text = await (await fetch(`${url}/metrics`, { headers })).text();
-      expect(sample(text, 'vllm:request_success_total', 'finished_reason="length"')).toBe(24);
-      expect(sample(text, 'vllm:generation_tokens_total')).toBe(24 * 8);
-      expect(sample(text, 'strata_http_requests_total', 'route="/v1/generate"')).toBe(24);
+      // One sample each (sample() throws otherwise): the loops' counts summed, not listed.
+      const samples = parseMetrics(text);
+      expect(sample(samples, 'vllm:request_success_total', { finished_reason: 'length' })).toBe(24);
+      expect(sample(samples, 'vllm:generation_tokens_total')).toBe(24 * 8);
+      expect(sample(samples, 'strata_http_requests_total', { route: '/v1/generate' })).toBe(24);
       expect(text.match(/^vllm:num_requests_running\{/gm)).toHaveLength(1);
       expect(text.match(/^# TYPE process_cpu_seconds_total /gm)).toHaveLength(1);
     }
