@@ -259,15 +259,13 @@ int run(int argc, char** argv) {
     const char* key;    // its JSON field
     const char* label;  // its column
     CudaBackendOptions step;
-    bool (*runs)(int32_t batch, const Variant& v);  // for this batch
-    int32_t max_batch;
+    int32_t max_batch;  // runs on batches of up to this many sequences
   };
   const auto changed = [&](auto change) {
     CudaBackendOptions o = main_kernels;
     change(o);
     return o;
   };
-  const auto up_to = [](int32_t batch, const Variant& v) { return batch <= v.max_batch; };
   // A quantized model whose GEMV steps carry RoPE and the SiLU (quant_gemv_fuse): up to
   // kQuantGemvMaxM sequences also run with them apart.
   const bool quant_fusable = backend.decode_kernels(1).find("quant_gemm_") != std::string::npos;
@@ -275,27 +273,27 @@ int run(int argc, char** argv) {
   if (compare_launch_given) {
     variants.push_back({programmatic ? "plain_launch_ms" : "programmatic_ms",
                         programmatic ? "plain launch" : "programmatic",
-                        changed([](CudaBackendOptions& o) { o.programmatic_launch = !o.programmatic_launch; }), up_to,
+                        changed([](CudaBackendOptions& o) { o.programmatic_launch = !o.programmatic_launch; }),
                         INT32_MAX});
     // Programmatic launch's two parts apart: without the GEMVs' prefetch, without the early trigger.
     variants.push_back({"programmatic_no_prefetch_ms", "PDL, no prefetch", changed([](CudaBackendOptions& o) {
                           o.programmatic_launch = true;
                           o.programmatic_prefetch = false;
                         }),
-                        up_to, INT32_MAX});
+                        INT32_MAX});
     variants.push_back({"programmatic_late_trigger_ms", "PDL, late trigger", changed([](CudaBackendOptions& o) {
                           o.programmatic_launch = true;
                           o.programmatic_early_trigger = false;
                         }),
-                        up_to, INT32_MAX});
+                        INT32_MAX});
   }
   variants.push_back({"rope_apart_ms", "RoPE apart", changed([](CudaBackendOptions& o) { o.gemv_fuse_rope = false; }),
-                      up_to, gemv_rows});
-  variants.push_back({"cublas_ms", "cuBLAS only", changed([](CudaBackendOptions& o) { o.gemv_max_rows = 0; }), up_to,
+                      gemv_rows});
+  variants.push_back({"cublas_ms", "cuBLAS only", changed([](CudaBackendOptions& o) { o.gemv_max_rows = 0; }),
                       gemv_rows});
   if (quant_fusable)
     variants.push_back({"quant_epilogues_apart_ms", "q epi apart",
-                        changed([](CudaBackendOptions& o) { o.quant_gemv_fuse = false; }), up_to, cuda::kQuantGemvMaxM});
+                        changed([](CudaBackendOptions& o) { o.quant_gemv_fuse = false; }), cuda::kQuantGemvMaxM});
   struct Row {
     int32_t batch;
     double ms, host_logits_ms, roofline_ms;
@@ -344,7 +342,7 @@ int run(int argc, char** argv) {
     std::vector<bool> runs(variants.size(), false);
     bool any = false;
     for (size_t v = 0; v < variants.size(); ++v) {
-      runs[v] = profile_batch == 0 && variants[v].runs(b, variants[v]);
+      runs[v] = profile_batch == 0 && b <= variants[v].max_batch;
       any = any || runs[v];
     }
     for (int round = 0; round < (any ? 2 : 1); ++round) {
