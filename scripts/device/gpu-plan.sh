@@ -35,21 +35,21 @@ self=scripts/device/gpu-plan.sh
 # The plan, in order of value, and the extras, run only when named.
 PLAN=(machine build gemm kernels quant sampling backend memcheck llama3 hf_logits forward hf_generate e2e)
 EXTRAS=(profile bench_gemm bench_quant bench_sampling e2e_cpu_sampling memcheck_quant racecheck_quant
-  memcheck_sampling racecheck_sampling service bench_attention gemv gguf programmatic profile_gguf)
+  memcheck_sampling racecheck_sampling service bench_attention gemv gguf programmatic profile_gguf limits)
 # Each step's timeout (s), the least time worth starting it with, and the steps it needs.
 declare -A CAP=([machine]=45 [build]=330 [gemm]=60 [kernels]=90 [quant]=90 [sampling]=150 [backend]=120
   [memcheck]=180 [llama3]=300 [hf_logits]=150 [forward]=180 [hf_generate]=180 [e2e]=180
   [profile]=240 [bench_gemm]=120 [bench_quant]=180 [bench_sampling]=180 [e2e_cpu_sampling]=180 [memcheck_quant]=240
-  [racecheck_quant]=300 [memcheck_sampling]=300 [racecheck_sampling]=300 [service]=240 [bench_attention]=120 [gemv]=150 [gguf]=240 [profile_gguf]=150 [programmatic]=150)
+  [racecheck_quant]=300 [memcheck_sampling]=300 [racecheck_sampling]=300 [service]=240 [bench_attention]=120 [gemv]=150 [gguf]=240 [profile_gguf]=150 [programmatic]=150 [limits]=300)
 declare -A MIN=([machine]=5 [build]=60 [gemm]=15 [kernels]=20 [quant]=20 [sampling]=30 [backend]=20
   [memcheck]=60 [llama3]=60 [hf_logits]=45 [forward]=60 [hf_generate]=60 [e2e]=60
   [profile]=60 [bench_gemm]=30 [bench_quant]=30 [bench_sampling]=30 [e2e_cpu_sampling]=60 [memcheck_quant]=60
-  [racecheck_quant]=60 [memcheck_sampling]=60 [racecheck_sampling]=60 [service]=90 [bench_attention]=30 [gemv]=60 [gguf]=90 [profile_gguf]=60 [programmatic]=60)
+  [racecheck_quant]=60 [memcheck_sampling]=60 [racecheck_sampling]=60 [service]=90 [bench_attention]=30 [gemv]=60 [gguf]=90 [profile_gguf]=60 [programmatic]=60 [limits]=120)
 declare -A NEEDS=([gemm]=build [kernels]=build [quant]=build [sampling]=build [backend]=build
   [memcheck]=build [hf_logits]="build llama3" [forward]="build llama3" [hf_generate]=llama3
   [e2e]="build llama3" [profile]="build llama3" [bench_gemm]=build [bench_quant]=build [bench_sampling]=build
   [e2e_cpu_sampling]="build llama3" [memcheck_quant]=build [racecheck_quant]=build
-  [memcheck_sampling]=build [racecheck_sampling]=build [service]="build llama3" [bench_attention]=build [gemv]="build llama3" [gguf]="build llama3" [profile_gguf]="build llama3" [programmatic]="build llama3")
+  [memcheck_sampling]=build [racecheck_sampling]=build [service]="build llama3" [bench_attention]=build [gemv]="build llama3" [gguf]="build llama3" [profile_gguf]="build llama3" [programmatic]="build llama3" [limits]="build llama3")
 declare -A WHAT=([machine]="GPU, driver, toolkit and tools"
   [build]="the GPU programs for this GPU's arch (or the prebuilt ones)"
   [gemm]="cuBLASLt / cublasGemmEx against float64 (check_cuda_gemm)"
@@ -69,6 +69,7 @@ declare -A WHAT=([machine]="GPU, driver, toolkit and tools"
   [gemv]="decode steps of 1 to 8 sequences, the GEMV kernel against cuBLAS (bench_cuda_forward --gemv-rows 8)"
   [gguf]="GGUF Q4_0/Q8_0 on the GPU: tinystories-656k checked (check_cuda_backend), Llama-3-8B-shaped timed (bench_cuda_forward)"
   [profile_gguf]="ncu: each kernel's time in decode steps of 1 and 64 on the Llama-3-8B-shaped model as Q4_0"
+  [limits]="ncu: what bounds the first layer's kernels (speed of light, occupancy, pipes, stalls) of Q4_0 decode steps of 1 and 64 and a bf16 prefill step"
   [programmatic]="decode steps with programmatic dependent launch against without, and its prefetch and early trigger apart (bench_cuda_forward --programmatic 1)"
   [e2e_cpu_sampling]="bench_cuda_e2e with the CPU sampler"
   [memcheck_quant]="compute-sanitizer memcheck over check_cuda_quant"
@@ -409,6 +410,7 @@ run_step() {  # step timeout
       forward | gemv | programmatic | e2e | e2e_cpu_sampling | hf_generate | bench_*) tail -n 15 "$base.log" ;;
       service) grep -E '^(ready in|service load:|  client:|  /metrics:|target|== |   )' "$base.log" | cut -c1-300 ;;
       profile | profile_gguf) grep -A6 -E '^(prefill|decode-[0-9]+): ' "$base.log" ;;
+      limits) grep -A16 -E '^[A-Za-z0-9_]+\.(prefill|decode-[0-9]+): ' "$base.log" | cut -c1-200 ;;
       *) { grep -E '^FAIL' "$base.log" | head -10; tail -n 1 "$base.log"; } ;;
     esac
   fi
@@ -479,6 +481,7 @@ step_main() {
     e2e | e2e_cpu_sampling) step_e2e "$name" ;;
     profile) profile_model "$MODEL" "${STRATA_PROFILE_PHASES:-decode:1 decode:64 prefill}" ;;
     profile_gguf) step_profile_gguf ;;
+    limits) step_limits ;;
     service) step_service ;;
     bench_gemm | bench_quant | bench_sampling | bench_attention) gpu "$BIN/bench_cuda_${name#bench_}" "$STRATA_PLAN_BASE.json" ;;
     *) echo "no step $name" >&2; exit 2 ;;
@@ -688,6 +691,37 @@ step_profile_gguf() {
   local file
   file=$(llama3_gguf Q4_0) || exit 1
   profile_model "$file" "${STRATA_PROFILE_PHASES:-decode:1 decode:64}"
+}
+
+# Nsight Compute's sections over the first launches of the kernels that decide a step's time, one
+# phase a run: where each one stands against the GPU's limits (ncu_limits.py reads the raw page).
+# Each kernel is replayed once per pass the sections need (tens), so only the first
+# STRATA_LIMITS_COUNT (14: a layer or two) of those named by STRATA_LIMITS_KERNELS are profiled.
+# A phase is TYPE:PHASE, TYPE Q4_0 (the model's GGUF copy, made as the gguf step makes it) or bf16.
+step_limits() {
+  local ncu spec type phase model section csvs=() sections=()
+  local kernels=${STRATA_LIMITS_KERNELS:-quant_|gemv|nvjet|decode_|prefill_|rope_|silu_|add_rms}
+  ncu=$(find_ncu) || { note "no ncu on this machine"; exit 77; }
+  for section in SpeedOfLight LaunchStats Occupancy SchedulerStats WarpStateStats ComputeWorkloadAnalysis \
+    MemoryWorkloadAnalysis; do
+    sections+=(--section "$section")
+  done
+  for spec in ${STRATA_LIMITS_PHASES:-Q4_0:decode:1 Q4_0:decode:64 bf16:prefill}; do
+    type=${spec%%:*}
+    phase=${spec#*:}
+    case $type in
+      bf16) model=$MODEL ;;
+      Q4_0 | Q8_0) model=$(llama3_gguf "$type") || exit 1 ;;
+      *) echo "limits: no model type $type in $spec (bf16, Q4_0 or Q8_0)" >&2; exit 2 ;;
+    esac
+    csvs+=("$STRATA_PLAN_BASE.$type.${phase/:/-}.csv")
+    gpu "$ncu" --profile-from-start off --graph-profiling node --clock-control none \
+      --kernel-name "regex:$kernels" --launch-count "${STRATA_LIMITS_COUNT:-14}" "${sections[@]}" \
+      --page raw --csv --print-units base --log-file "${csvs[-1]}" \
+      "$BIN/bench_cuda_forward" "$model" --profile "$phase" --copy-mib 64 --gemm-n 1024 || exit 1
+  done
+  dry_run && exit 0
+  python3 scripts/device/ncu_limits.py "$STRATA_PLAN_BASE.json" "${csvs[@]}"
 }
 
 case ${1:-} in

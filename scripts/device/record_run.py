@@ -6,9 +6,10 @@ usage: record_run.py RESULTS_DIR BENCH_JSON --commit C --command CMD [--calls TE
 
 RESULTS_DIR is the unpacked results.tgz of the call (the plan's NN-step.* files). The
 record keeps each step's status, time and note, every check program's count, and the
-benchmarks' JSON as the programs wrote them. The ncu profile, when the call ran one, is
-appended to its own file (PROFILE_JSON: {"profiles": [...]}, one per commit), which the run's
-record names. BENCH_JSON is made when missing.
+benchmarks' JSON as the programs wrote them. The ncu profiles (the profile, profile_gguf and
+limits steps), when the call ran any, are appended to their own file (PROFILE_JSON:
+{"profiles": [...]}, one per commit and step), which the run's record names. BENCH_JSON is
+made when missing.
 """
 import argparse
 import datetime
@@ -72,7 +73,8 @@ def main():
         path = one(a.results, pattern)
         if path:
             run[key] = load(path)
-    for step, pattern in (("profile", "*-profile.json"), ("profile_gguf", "*-profile_gguf.json")):
+    for step, pattern in (("profile", "*-profile.json"), ("profile_gguf", "*-profile_gguf.json"),
+                          ("limits", "*-limits.json")):
         profile = one(a.results, pattern)
         if not profile:
             continue
@@ -81,6 +83,8 @@ def main():
         entry = {"commit": a.commit, "device": device, "command": a.command, "step": step, **load(profile)}
         if step == "profile_gguf":
             entry["model"] = "the Llama-3-8B-shaped model as Q4_0 (scripts/device/llama3_gguf.py)"
+        elif step == "limits":
+            entry["model"] = "the Llama-3-8B-shaped model in bf16 or as a GGUF copy, as each phase's name says"
         profiles = {"profiles": []}
         if os.path.exists(a.profile_out):
             old = load(a.profile_out)

@@ -482,6 +482,65 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
     }
   });
 
+  it('profiles the first kernels of Q4_0 decode and bf16 prefill steps against the limits, when named', () => {
+    const sb = sandbox();
+    const r = sb.run('--dry-run', 'limits');
+    expect(r.status, r.stdout + r.stderr).toBe(0);
+    expect(sb.planJson().selected).toEqual(['machine', 'build', 'llama3', 'limits']);
+    const log = sb.log('limits');
+    const made =
+      /llama3_gguf\.py \S+llama3-[0-9a-f]{16} (\S+-Q4_0-[0-9a-f]{8}\.gguf)\.part --type Q4_0\n/.exec(log);
+    expect(made, log).not.toBeNull();
+    const model = /llama3_random\.py (\S+)\.partial /.exec(sb.log('llama3'))?.[1] as string;
+    const lines = log.split('\n').filter((l) => l.startsWith('dry-run: ncu '));
+    expect(lines.map((l) => /bench_cuda_forward (\S+) --profile (\S+)/.exec(l)?.slice(1))).toEqual([
+      [made?.[1], 'decode:1'],
+      [made?.[1], 'decode:64'],
+      [model, 'prefill'],
+    ]);
+    const sections = [
+      'SpeedOfLight',
+      'LaunchStats',
+      'Occupancy',
+      'SchedulerStats',
+      'WarpStateStats',
+      'ComputeWorkloadAnalysis',
+      'MemoryWorkloadAnalysis',
+    ];
+    const csvs = ['Q4_0.decode-1', 'Q4_0.decode-64', 'bf16.prefill'];
+    lines.forEach((line, i) => {
+      for (const flag of ['--profile-from-start off', '--graph-profiling node', '--clock-control none'])
+        expect(line).toContain(flag);
+      expect(line).toContain('--launch-count 14 ');
+      expect(line).toContain('--page raw --csv --print-units base ');
+      expect(line).toContain(`--log-file ${join(sb.dir, 'work', 'results', `29-limits.${csvs[i]}.csv`)} `);
+      expect([...line.matchAll(/--section (\S+)/g)].map((m) => m[1])).toEqual(sections);
+      // printf %q escapes the regex's bars
+      expect(line).toContain(
+        '--kernel-name regex:quant_\\|gemv\\|nvjet\\|decode_\\|prefill_\\|rope_\\|silu_\\|add_rms ',
+      );
+    });
+
+    // Other phases and kernels through the environment; an unknown model type is refused.
+    const narrow = sandbox({
+      STRATA_LIMITS_PHASES: 'bf16:decode:1',
+      STRATA_LIMITS_KERNELS: 'gemv',
+      STRATA_LIMITS_COUNT: '4',
+    });
+    expect(narrow.run('--dry-run', 'limits').status).toBe(0);
+    const only = narrow
+      .log('limits')
+      .split('\n')
+      .filter((l) => l.startsWith('dry-run: ncu '));
+    expect(only).toHaveLength(1);
+    expect(only[0]).toContain('--kernel-name regex:gemv --launch-count 4 ');
+    expect(only[0]).toMatch(/bench_cuda_forward \S+llama3-[0-9a-f]{16} --profile decode:1 /);
+    const bad = sandbox({ STRATA_LIMITS_PHASES: 'fp8:decode:1' });
+    expect(bad.run('--dry-run', 'limits').status).toBe(1);
+    expect(bad.step('limits').status).toBe('failed');
+    expect(bad.log('limits')).toContain('limits: no model type fp8 in fp8:decode:1 (bf16, Q4_0 or Q8_0)');
+  });
+
   it('times the GEMV kernel against cuBLAS at 1 to 8 rows, when named', () => {
     const sb = sandbox();
     const r = sb.run('--dry-run', 'gemv');
@@ -561,6 +620,167 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
       count: 2,
     });
     expect(r.stdout).toMatch(/^decode-1: 6 kernels, 138 us of kernel time \(gemm 59 us, attention 40 us, /m);
+  });
+
+  it("reads each kernel's limits from ncu's raw page or its details page (ncu_limits.py)", () => {
+    const dir = mkdtempSync(join(tmpdir(), 'strata-ncu-'));
+    sandboxes.push(dir);
+    // Written here, not from a GPU: ncu's CSV shapes (messages first, quoted rows, thousands
+    // separators, the raw page's row of units) with raw metric names of its sections.
+    const fixed = ['ID', 'Process ID', 'Process Name', 'Host Name', 'Kernel Name', 'Context', 'Stream'];
+    const gemv =
+      'void strata::cuda::<unnamed>::quant_gemv_kernel<0, __nv_bfloat16, 1, 1>(strata::cuda::<unnamed>::Params<T2>)';
+    const norm =
+      'void strata::<unnamed>::add_rms_norm_kernel<__nv_bfloat16>(float *, const T1 *, const T1 *, T1 *, int, float)';
+    const kernels: [string, string, Record<string, string>][] = [
+      [
+        '3',
+        gemv,
+        {
+          'gpu__time_duration.sum': '14,592',
+          launch__grid_size: '384',
+          launch__block_size: '192',
+          launch__registers_per_thread: '64',
+          launch__waves_per_multiprocessor: '0.48',
+          'dram__throughput.avg.pct_of_peak_sustained_elapsed': '31.5',
+          'sm__throughput.avg.pct_of_peak_sustained_elapsed': '22.25',
+          'l1tex__throughput.avg.pct_of_peak_sustained_active': '40.1',
+          'lts__throughput.avg.pct_of_peak_sustained_elapsed': '35',
+          'dram__bytes_read.sum': '14,155,776',
+          'dram__bytes_write.sum': '12,288',
+          'sm__warps_active.avg.pct_of_peak_sustained_active': '17.9',
+          sm__maximum_warps_per_active_cycle_pct: '37.5',
+          'sm__inst_issued.avg.pct_of_peak_sustained_active': '9.6',
+          'smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio': '21.4',
+          'smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio': '3.2',
+          'smsp__average_warps_issue_stalled_wait_per_issue_active.ratio': '1.1',
+          'smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio': '0.4',
+          'smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio': '0.2',
+          'smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio': '0',
+          'smsp__average_warps_issue_stalled_long_scoreboard_not_issued_per_issue_active.ratio': '99',
+          'sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active': '6.5',
+          'sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active': '4.75',
+          'sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active': '7',
+          'sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active': '3',
+        },
+      ],
+      [
+        '1',
+        norm,
+        {
+          'gpu__time_duration.sum': '4,608',
+          launch__registers_per_thread: '30',
+          'sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active': 'n/a',
+        },
+      ],
+    ];
+    const names = [...new Set(kernels.flatMap(([, , m]) => Object.keys(m)))];
+    const quoted = (cells: string[]) => cells.map((c) => `"${c}"`).join(',');
+    const messages =
+      '==PROF== Connected to process 1 (bench_cuda_forward)\n==PROF== Profiling "quant_gemv_kernel": 0%....50%....100% - 38 passes\n';
+    const raw = [
+      quoted([...fixed, ...names]),
+      quoted([...fixed.map(() => ''), ...names.map((n) => (n.endsWith('.sum') ? 'ns' : '%'))]),
+      ...kernels.map(([id, name, m]) =>
+        quoted([
+          id,
+          '7',
+          'bench_cuda_forward',
+          '127.0.0.1',
+          name,
+          '1',
+          '13',
+          ...names.map((n) => m[n] ?? ''),
+        ]),
+      ),
+    ].join('\n');
+    const details = [
+      quoted([...fixed, 'Section Name', 'Metric Name', 'Metric Unit', 'Metric Value']),
+      ...kernels.flatMap(([id, name, m]) =>
+        Object.entries(m).map(([k, v]) =>
+          quoted([id, '7', 'bench_cuda_forward', '127.0.0.1', name, '1', '13', 'x', k, '', v]),
+        ),
+      ),
+    ].join('\n');
+    const summarise = (csvs: Record<string, string>) => {
+      const paths = Object.entries(csvs).map(([file, text]) => {
+        writeFileSync(join(dir, file), `${messages}${text}\n`);
+        return join(dir, file);
+      });
+      const r = spawnSync(
+        'python3',
+        [join(repo, 'scripts', 'device', 'ncu_limits.py'), join(dir, 'out.json'), ...paths],
+        {
+          encoding: 'utf8',
+        },
+      );
+      return {
+        r,
+        json: r.status === 2 ? undefined : JSON.parse(readFileSync(join(dir, 'out.json'), 'utf8')),
+      };
+    };
+
+    const { r, json } = summarise({
+      '29-limits.Q4_0.decode-1.csv': raw,
+      '29-limits.bf16.prefill.csv': details,
+    });
+    expect(r.status, r.stderr).toBe(0);
+    expect(json.phases.map((p: { phase: string }) => p.phase)).toEqual(['Q4_0.decode-1', 'bf16.prefill']);
+    for (const phase of json.phases) {
+      // Profiling order (the IDs), whichever page.
+      expect(phase.kernels.map((k: { kernel: string }) => k.kernel)).toEqual([
+        'add_rms_norm_kernel<__nv_bfloat16>',
+        'quant_gemv_kernel<0, __nv_bfloat16, 1, 1>',
+      ]);
+      const [n, g] = phase.kernels;
+      expect(g).toMatchObject({
+        class: 'gemm',
+        duration_ns: 14592,
+        grid: 384,
+        block: 192,
+        registers: 64,
+        waves_per_sm: 0.48,
+        dram_pct: 31.5,
+        sm_pct: 22.25,
+        memory_pct: null, // not in this CSV
+        occupancy_achieved_pct: 17.9,
+        occupancy_theoretical_pct: 37.5,
+        issue_slots_busy_pct: 9.6,
+        // the largest four; zeros and the *_not_issued twins left out
+        stalls: [
+          ['long_scoreboard', 21.4],
+          ['barrier', 3.2],
+          ['wait', 1.1],
+          ['math_pipe_throttle', 0.4],
+        ],
+        pipes_pct: [
+          ['alu', 7],
+          ['tensor_op_hmma', 6.5],
+          ['lsu', 4.75],
+        ],
+      });
+      expect(g.dram_gb_per_s).toBeCloseTo((14155776 + 12288) / 14592, 9);
+      expect(n).toMatchObject({
+        class: 'other',
+        duration_ns: 4608,
+        registers: 30,
+        dram_gb_per_s: null,
+        stalls: [],
+        pipes_pct: [],
+      });
+    }
+    expect(r.stdout).toMatch(/^Q4_0\.decode-1: 2 kernels$/m);
+    expect(r.stdout).toMatch(
+      /^quant_gemv_kernel<0, __nv_bfloat16, 1, 1> +384 +192 +64 +14\.6 +32 +971 +22 +40 +35 +18\/38 +10 {2}alu:7 tensor_op_hmma:6 lsu:5; long_scoreboard:21\.4 barrier:3\.2 wait:1\.1 math_pipe_throttle:0\.4$/m,
+    );
+
+    // A phase with no kernels (the regex matched none, or the step never ran) fails the step.
+    const empty = summarise({ '29-limits.Q4_0.decode-64.csv': quoted([...fixed, 'gpu__time_duration.sum']) });
+    expect(empty.r.status).toBe(1);
+    expect(empty.r.stdout).toContain(
+      '(no kernels: did the profiled step run, and does the kernel regex match?)',
+    );
+    expect(summarise({}).r.status).toBe(2);
   });
 
   it('runs the service from its bundle when named: the engine alone on the same workload, then service-run.sh', () => {
