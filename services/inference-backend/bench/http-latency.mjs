@@ -23,10 +23,11 @@ import { Agent, request } from 'node:http';
 import { connect, createServer } from 'node:net';
 import { availableParallelism, cpus } from 'node:os';
 import { dirname, join } from 'node:path';
-import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
+import { itlTail, tailLine } from './itl-tail.mjs';
 import { repo } from './paths.mjs';
 import { percentile as pct } from './percentile.mjs';
 import { buildSseClient, runSseClient } from './sse-client.mjs';
@@ -268,11 +269,19 @@ async function main() {
 
   const rows = [];
   const loop = monitorEventLoopDelay({ resolution: 1 });
+  // This thread's GC pauses, on the clients' clock, for the tail's breakdown (itl-tail.mjs).
+  let gcPauses = [];
+  const keepPauses = (entries) => {
+    for (const e of entries) gcPauses.push({ start: e.startTime + toHr, duration: e.duration });
+  };
+  const gc = new PerformanceObserver((list) => keepPauses(list.getEntries()));
+  gc.observe({ entryTypes: ['gc'] });
   for (const concurrency of levels)
     for (const kind of clients) {
       const waves = concurrency === 1 ? 30 : concurrency <= 64 ? 4 : 2;
       records.clear();
       written.clear();
+      gcPauses = [];
       loop.reset();
       loop.enable();
       const started = performance.now();
@@ -287,6 +296,7 @@ async function main() {
       const seconds = (performance.now() - started) / 1e3;
       const { user, system } = process.threadCpuUsage(cpu);
       loop.disable();
+      keepPauses(gc.takeRecords());
       const s = {
         cTtft: [],
         eTtft: [],
@@ -294,6 +304,7 @@ async function main() {
         eItl: [],
         delivery: [],
         pairedItl: [],
+        tail: [],
         server: [],
         transport: [],
       };
@@ -324,6 +335,7 @@ async function main() {
           s.cItl.push(c);
           s.eItl.push(e);
           s.pairedItl.push(c - e);
+          s.tail.push({ engine: engine[k], added: c - e, delivery: got[k] - engine[k] });
         }
       }
       const both = (client, engine) => {
@@ -347,6 +359,7 @@ async function main() {
           p50: pct(s.pairedItl, 50),
           p99: pct(s.pairedItl, 99),
           samples: s.pairedItl.length,
+          tail: itlTail(s.tail, gcPauses),
         },
         delivery: {
           p50: pct(s.delivery, 50),
@@ -367,6 +380,7 @@ async function main() {
           : {}),
       });
     }
+  gc.disconnect();
   const engineThreads = host.get().engine.info.threads;
   await app.close();
   await workers.drain();
@@ -393,6 +407,13 @@ async function main() {
         `${r.event_loop_cpu_us_per_token.toFixed(1).padStart(6)} us ${(r.event_loop_busy * 100).toFixed(0).padStart(3)}%`,
     );
   }
+  lines.push(
+    `where the tail of ITL added/token lies (GC: ${httpWorkers > 1 ? "the main thread's only" : 'the serving thread'}):`,
+  );
+  for (const r of rows)
+    lines.push(
+      `${String(r.concurrency).padStart(6)} ${r.client.padStart(6)}  ${tailLine(r.itl_added_per_token.tail)}`,
+    );
   if (values.split) {
     lines.push(
       'split of the delivery: server = engine -> socket write; transport = socket write -> parsed at the client',
@@ -434,7 +455,8 @@ async function main() {
           'engine: the moment the engine sampled each token (native step output, before detokenization); ' +
           'client: the moment the client parsed its SSE event (node: node:http in a worker thread; native: bench/sse-client.c, an epoll loop in its own process); ' +
           'both on the monotonic clock (CLOCK_MONOTONIC). ' +
-          'ttft/itl: percentiles of each side and their difference; itl_added_per_token: percentiles of (client gap - engine gap) per token; ' +
+          'ttft/itl: percentiles of each side and their difference; itl_added_per_token: percentiles of (client gap - engine gap) per token, ' +
+          "its tail: how many engine steps hold the tokens at or above its p99, and this thread's GC pauses (bench/itl-tail.mjs); " +
           'delivery: percentiles of (client time - engine time) per token',
         rows,
         socket_write_floor: floor,
