@@ -697,31 +697,47 @@ step_profile_gguf() {
 # phase a run: where each one stands against the GPU's limits (ncu_limits.py reads the raw page).
 # Each kernel is replayed once per pass the sections need (tens), so only the first
 # STRATA_LIMITS_COUNT (14: a layer or two) of those named by STRATA_LIMITS_KERNELS are profiled.
-# A phase is TYPE:PHASE, TYPE Q4_0 (the model's GGUF copy, made as the gguf step makes it) or bf16.
+# A phase is TYPE:PHASE, TYPE Q4_0 or Q8_0 (the model's GGUF copy, made as the gguf step makes it)
+# or bf16. A phase that fails does not stop the others; the step fails at the end.
 step_limits() {
-  local ncu spec type phase model section csvs=() sections=()
+  local ncu spec type phase model section csv rc=0 csvs=() sections=()
   local kernels=${STRATA_LIMITS_KERNELS:-quant_|gemv|nvjet|decode_|prefill_|rope_|silu_|add_rms}
+  local phases=${STRATA_LIMITS_PHASES:-Q4_0:decode:1 Q4_0:decode:64 bf16:prefill}
+  for spec in $phases; do
+    case ${spec%%:*} in
+      bf16 | Q4_0 | Q8_0) ;;
+      *) echo "limits: no model type ${spec%%:*} in $spec (bf16, Q4_0 or Q8_0)" >&2; exit 2 ;;
+    esac
+  done
   ncu=$(find_ncu) || { note "no ncu on this machine"; exit 77; }
   for section in SpeedOfLight LaunchStats Occupancy SchedulerStats WarpStateStats ComputeWorkloadAnalysis \
     MemoryWorkloadAnalysis; do
     sections+=(--section "$section")
   done
-  for spec in ${STRATA_LIMITS_PHASES:-Q4_0:decode:1 Q4_0:decode:64 bf16:prefill}; do
+  for spec in $phases; do
     type=${spec%%:*}
     phase=${spec#*:}
-    case $type in
-      bf16) model=$MODEL ;;
-      Q4_0 | Q8_0) model=$(llama3_gguf "$type") || exit 1 ;;
-      *) echo "limits: no model type $type in $spec (bf16, Q4_0 or Q8_0)" >&2; exit 2 ;;
-    esac
-    csvs+=("$STRATA_PLAN_BASE.$type.${phase/:/-}.csv")
+    if [ "$type" = bf16 ]; then
+      model=$MODEL
+    elif ! model=$(llama3_gguf "$type"); then
+      note "$spec: no $type file"
+      rc=1
+      continue
+    fi
+    csv=$STRATA_PLAN_BASE.$type.${phase/:/-}.csv
     gpu "$ncu" --profile-from-start off --graph-profiling node --clock-control none \
       --kernel-name "regex:$kernels" --launch-count "${STRATA_LIMITS_COUNT:-14}" "${sections[@]}" \
-      --page raw --csv --print-units base --log-file "${csvs[-1]}" \
-      "$BIN/bench_cuda_forward" "$model" --profile "$phase" --copy-mib 64 --gemm-n 1024 || exit 1
+      --page raw --csv --print-units base --log-file "$csv" \
+      "$BIN/bench_cuda_forward" "$model" --profile "$phase" --copy-mib 64 --gemm-n 1024 || {
+      note "$spec: ncu or the profiled step failed"
+      rc=1
+    }
+    [ -s "$csv" ] && csvs+=("$csv")  # what a failed run profiled before it failed, too
   done
-  dry_run && exit 0
-  python3 scripts/device/ncu_limits.py "$STRATA_PLAN_BASE.json" "${csvs[@]}"
+  dry_run && exit $rc
+  [ ${#csvs[@]} -gt 0 ] || exit 1
+  python3 scripts/device/ncu_limits.py "$STRATA_PLAN_BASE.json" "${csvs[@]}" || rc=1
+  exit $rc
 }
 
 case ${1:-} in

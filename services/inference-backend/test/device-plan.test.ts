@@ -535,6 +535,14 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
     expect(only).toHaveLength(1);
     expect(only[0]).toContain('--kernel-name regex:gemv --launch-count 4 ');
     expect(only[0]).toMatch(/bench_cuda_forward \S+llama3-[0-9a-f]{16} --profile decode:1 /);
+    // A phase that fails (here every command of the step) does not stop the next ones.
+    const failing = sandbox({ STRATA_PLAN_DRY_FAIL: 'limits' });
+    expect(failing.run('--dry-run', 'limits').status).toBe(1);
+    expect(failing.step('limits')).toMatchObject({
+      status: 'failed',
+      note: 'Q4_0:decode:1: no Q4_0 file; Q4_0:decode:64: no Q4_0 file; bf16:prefill: ncu or the profiled step failed',
+    });
+    expect(failing.log('limits')).toMatch(/dry-run: ncu .* --profile prefill /);
     const bad = sandbox({ STRATA_LIMITS_PHASES: 'fp8:decode:1' });
     expect(bad.run('--dry-run', 'limits').status).toBe(1);
     expect(bad.step('limits').status).toBe('failed');
