@@ -698,7 +698,8 @@ step_profile_gguf() {
 # Each kernel is replayed once per pass the sections need (tens), so only the first
 # STRATA_LIMITS_COUNT (14: a layer or two) of those named by STRATA_LIMITS_KERNELS are profiled.
 # A phase is TYPE:PHASE, TYPE Q4_0 or Q8_0 (the model's GGUF copy, made as the gguf step makes it)
-# or bf16. A phase that fails does not stop the others; the step fails at the end.
+# or bf16. Decode steps run eagerly (--graphs 0: the same kernels), so that ncu replays plain
+# launches. A phase that fails does not stop the others; the step fails at the end.
 step_limits() {
   local ncu spec type phase model section csv rc=0 csvs=() sections=()
   local kernels=${STRATA_LIMITS_KERNELS:-quant_|gemv|nvjet|decode_|prefill_|rope_|silu_|add_rms}
@@ -728,7 +729,7 @@ step_limits() {
     gpu "$ncu" --profile-from-start off --graph-profiling node --clock-control none \
       --kernel-name "regex:$kernels" --launch-count "${STRATA_LIMITS_COUNT:-14}" "${sections[@]}" \
       --page raw --csv --print-units base --log-file "$csv" \
-      "$BIN/bench_cuda_forward" "$model" --profile "$phase" --copy-mib 64 --gemm-n 1024 || {
+      "$BIN/bench_cuda_forward" "$model" --profile "$phase" --copy-mib 64 --gemm-n 1024 --graphs 0 || {
       note "$spec: ncu or the profiled step failed"
       rc=1
     }

@@ -512,6 +512,7 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
       for (const flag of ['--profile-from-start off', '--graph-profiling node', '--clock-control none'])
         expect(line).toContain(flag);
       expect(line).toContain('--launch-count 14 ');
+      expect(line).toMatch(/ --copy-mib 64 --gemm-n 1024 --graphs 0$/); // eager decode steps: plain launches to replay
       expect(line).toContain('--page raw --csv --print-units base ');
       expect(line).toContain(`--log-file ${join(sb.dir, 'work', 'results', `29-limits.${csvs[i]}.csv`)} `);
       expect([...line.matchAll(/--section (\S+)/g)].map((m) => m[1])).toEqual(sections);

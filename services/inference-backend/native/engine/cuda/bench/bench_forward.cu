@@ -16,8 +16,11 @@
 //   bench_cuda_forward <model dir> [out.json] [--context C] [--batches 1,4,8,32,64,128,256] [--prefill-seqs P]
 //                      [--copy-mib 2048] [--gemm-n 8192]   (smaller ceilings: a smoke run, e.g. emulated)
 //                      [--profile prefill|decode:B] [--gemv-rows N] [--quant-dense-rows N] [--programmatic 0|1]
+//                      [--graphs 0|1]
 // --quant-dense-rows: CudaBackendOptions::quant_dense_min_rows (0: a GGUF file's GEMMs always on
 // quant_gemm; default the backend's).
+// --graphs 0: decode steps run eagerly, not from CUDA graphs (CudaBackendOptions::cuda_graphs; the
+// kernels are the same), e.g. for a profiler that replays each kernel many times.
 // --profile: for a profiler started with profiling off (ncu --profile-from-start off): only one
 // step is between cudaProfilerStart and cudaProfilerStop, a prefill step of P x C tokens or one
 // sampled decode step of batch B; nothing is timed or written.
@@ -126,6 +129,7 @@ int run(int argc, char** argv) {
   int32_t context = 1024, prefill_seqs = 8, gemm_n = 8192, gemv_rows = CudaBackendOptions{}.gemv_max_rows;
   int32_t quant_dense_rows = CudaBackendOptions{}.quant_dense_min_rows;
   bool programmatic = CudaBackendOptions{}.programmatic_launch, compare_launch_given = false;
+  bool graphs = CudaBackendOptions{}.cuda_graphs;
   size_t copy_mib = 2048;
   std::vector<int32_t> batches = {1, 4, 8, 32, 64, 128, 256};
   for (int i = 2; i < argc; ++i) {
@@ -137,6 +141,7 @@ int run(int argc, char** argv) {
     else if (a == "--profile" && i + 1 < argc) profile = argv[++i];
     else if (a == "--gemv-rows" && i + 1 < argc) gemv_rows = std::atoi(argv[++i]);
     else if (a == "--quant-dense-rows" && i + 1 < argc) quant_dense_rows = std::atoi(argv[++i]);
+    else if (a == "--graphs" && i + 1 < argc) graphs = std::string(argv[++i]) != "0";
     else if (a == "--programmatic" && i + 1 < argc) {
       programmatic = std::string(argv[++i]) != "0";
       compare_launch_given = true;
@@ -185,6 +190,7 @@ int run(int argc, char** argv) {
   options.gemv_max_rows = gemv_rows;  // the backend refuses a count outside 0..kGemvMaxRows
   options.quant_dense_min_rows = quant_dense_rows;  // a GGUF file's GEMMs of this many rows: cuBLAS on dequantized weights
   options.programmatic_launch = programmatic;
+  options.cuda_graphs = graphs;
   CudaBackend backend(model_dir, options);
   const ModelConfig& c = backend.config();
   std::printf("%s: %d layers, hidden %d, vocab %d, weights %s (%.2f GB a decode step reads); loaded %.2f GB in %.2f s "
