@@ -792,6 +792,50 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
     expect(summarise({}).r.status).toBe(2);
   });
 
+  it("counts each kernel's main loop in a SASS listing (sass_loops.py)", () => {
+    const dir = mkdtempSync(join(tmpdir(), 'strata-sass-'));
+    sandboxes.push(dir);
+    // Written here in cuobjdump -sass's shape: an inner loop without HMMA inside the main one,
+    // a forward branch, a predicated instruction, and a function the pattern leaves out.
+    const ins = (address: number, text: string) =>
+      `        /*${address.toString(16).padStart(4, '0')}*/                   ${text} ;  /* 0x000000000000 */`;
+    const listing = [
+      '\tcode for sm_90',
+      '\t\tFunction : _ZN6strata4cuda12quant_tiled_kernelILi0EEEvv',
+      ins(0x00, 'MOV R1, c[0x0][0x28]'),
+      ins(0x10, 'IMAD R2, R3, R4, RZ'), // main loop head
+      ins(0x20, 'LDG.E.128 R8, desc[UR4][R2.64]'),
+      ins(0x30, 'IADD3 R5, R5, 0x1, RZ'), // inner loop head
+      ins(0x40, '@P1 BRA 0x30'), // inner loop, no HMMA
+      ins(0x50, 'HMMA.16816.F32.BF16 R12, R8, R10, RZ'),
+      ins(0x60, 'HMMA.16816.F32.BF16 R16, R8, R11, RZ'),
+      ins(0x70, '@!P0 FFMA R20, R12, R6, R20'),
+      ins(0x80, '@P2 BRA 0xa0'), // forward
+      ins(0x90, 'LOP3.LUT R21, R21, 0xf, RZ, 0xc0, !PT'),
+      ins(0xa0, '@!P3 BRA 0x10'), // the main loop's back edge
+      ins(0xb0, 'EXIT'),
+      '\t\tFunction : _ZN6strata4cuda12other_kernelEv',
+      ins(0x00, 'HMMA.16816.F32.BF16 R12, R8, R10, RZ'),
+      ins(0x10, 'BRA 0x0'),
+    ].join('\n');
+    const file = join(dir, 'k.sass');
+    writeFileSync(file, `${listing}\n`);
+    const script = join(repo, 'scripts', 'device', 'sass_loops.py');
+    const r = spawnSync('python3', [script, file, 'quant_'], { encoding: 'utf8' });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toBe(
+      '_ZN6strata4cuda12quant_tiled_kernelILi0EEEvv\n' +
+        '  loop 10 instructions, 2 HMMA, 5.0 per HMMA; BRA:3 HMMA:2 IMAD:1 LDG:1 IADD3:1 FFMA:1 LOP3:1\n',
+    );
+    // Every function when the pattern is empty; none: exit 1.
+    expect(spawnSync('python3', [script, file, ''], { encoding: 'utf8' }).stdout).toContain(
+      'other_kernelEv\n  loop 2 ',
+    );
+    const none = spawnSync('python3', [script, file, 'nothing'], { encoding: 'utf8' });
+    expect(none.status).toBe(1);
+    expect(none.stderr).toContain('no function with a loop of HMMA matches');
+  });
+
   it('runs the service from its bundle when named: the engine alone on the same workload, then service-run.sh', () => {
     const sb = sandbox();
     const bundle = join(sb.dir, 'service');

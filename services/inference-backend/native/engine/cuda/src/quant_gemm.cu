@@ -191,15 +191,27 @@ struct Chunk {
   uint32_t mn[kQuantChunkBlocks];  // Q4_1 mins
 };
 
-// Tile `tile`, chunk c of cb blocks. Full chunks take one (Q4) or two (Q8) 16-byte loads per row
-// and one (Q4_1: two) for the scales; the last chunk of a row whose block count is not a multiple
-// of 4 is read block by block.
+// Where a 16-row tile starts in the planes: its quants, and its first scale (and Q4_1 min) word.
+struct TilePlanes {
+  const uint8_t* q;
+  int64_t words;
+};
+
+template <QuantType Q, typename T>
+__device__ __forceinline__ TilePlanes tile_planes(const Params<T>& p, int32_t tile) {
+  return {p.q + int64_t{tile} * 64 * p.nb * lane_bytes(Q), int64_t{tile} * 8 * p.nb};
+}
+
+// Chunk c of the tile whose planes are `tp`. Full chunks take one (Q4) or two (Q8) 16-byte loads
+// per row and one (Q4_1: two) for the scales; the last chunk of a row whose block count is not a
+// multiple of 4 is read block by block.
 template <QuantType Q, bool kStream, typename T>
-__device__ __forceinline__ void load_chunk(const Params<T>& p, int32_t tile, int32_t c, int g, int t, Chunk<Q>& r) {
+__device__ __forceinline__ void load_chunk(const Params<T>& p, const TilePlanes& tp, int32_t c, int g, int t,
+                                           Chunk<Q>& r) {
   constexpr int kLane = lane_bytes(Q), kWords = kLane / 4;
   const int cb = min(kQuantChunkBlocks, p.nb - kQuantChunkBlocks * c);
-  const uint8_t* cq = p.q + int64_t{tile} * 64 * p.nb * kLane + int64_t{c} * 256 * kLane;
-  const int64_t dword = int64_t{tile} * 8 * p.nb + int64_t{c} * 32;
+  const uint8_t* cq = tp.q + int64_t{c} * 256 * kLane;
+  const int64_t dword = tp.words + int64_t{c} * 32;
   if (cb == kQuantChunkBlocks) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -235,6 +247,11 @@ __device__ __forceinline__ void load_chunk(const Params<T>& p, int32_t tile, int
       if constexpr (Q == QuantType::Q4_1) r.mn[bi] = p.mn[dword + g * cb + bi];
     }
   }
+}
+
+template <QuantType Q, bool kStream, typename T>
+__device__ __forceinline__ void load_chunk(const Params<T>& p, int32_t tile, int32_t c, int g, int t, Chunk<Q>& r) {
+  load_chunk<Q, kStream>(p, tile_planes<Q>(p, tile), c, g, t, r);
 }
 
 // The A fragments (two mma steps) of block bi of a chunk.
@@ -491,8 +508,12 @@ constexpr size_t tiled_shared_bytes() {
   return 2 * size_t{kTiledToks} * kXsStride * sizeof(T);
 }
 
+// Q4_0's kernel fits 128 registers a thread, so two blocks (16 warps) an SM; the others need more.
+template <QuantType Q>
+constexpr int kTiledMinBlocks = Q == QuantType::Q4_0 ? 2 : 1;
+
 template <QuantType Q, typename T>
-__global__ void __launch_bounds__(kTiledThreads) quant_tiled_kernel(const Params<T> p) {
+__global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks<Q>) quant_tiled_kernel(const Params<T> p) {
   extern __shared__ float4 tiled_smem[];
   T* xs = reinterpret_cast<T*>(tiled_smem);  // [2 stages][64 tokens][kXsStride]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -504,16 +525,25 @@ __global__ void __launch_bounds__(kTiledThreads) quant_tiled_kernel(const Params
   const int32_t c_end = min(p.chunks, c_begin + p.chunks_per_split);
   const bool active = tile0 < p.tiles;  // warp-uniform: some of the warp's rows exist
 
-  // x[tok0 .. tok0 + 63, chunk c] into stage s: 16-byte pieces, zeros past the last token.
+  // x[tok0 .. tok0 + 63, chunk c] into stage s: 16-byte pieces, zeros past the last token. Thread
+  // i copies piece i % 16 of tokens i / 16, i / 16 + 16, ...: its source and destination are set
+  // here once, and a chunk only moves the source on by 128 values.
+  constexpr int kPieces = kChunkValues / 8;              // 16-byte pieces of a token's chunk
+  constexpr int kPassRows = kTiledThreads / kPieces;     // tokens one pass of the block copies
+  static_assert(kTiledThreads % kPieces == 0 && kTiledToks % kPassRows == 0);
+  const int pc = threadIdx.x % kPieces, r0 = threadIdx.x / kPieces;
+  const int64_t pass_stride = int64_t{kPassRows} * p.x_stride;
+  const T* xsrc = p.x + int64_t{min(tok0 + r0, p.m - 1)} * p.x_stride + pc * 8;  // rows past m: not read
+  T* const xdst = xs + r0 * kXsStride + pc * 8;
   auto stage_x = [&](int32_t c, int s) {
     const int cb = min(kQuantChunkBlocks, p.nb - kQuantChunkBlocks * c);
-    for (int piece = threadIdx.x; piece < kTiledToks * 16; piece += kTiledThreads) {
-      const int r = piece / 16, pc = piece % 16;
-      if (pc >= cb * 4) continue;
-      const int32_t tok = tok0 + r;
-      const bool valid = tok < p.m;
-      const T* src = valid ? p.x + int64_t{tok} * p.x_stride + int64_t{c} * kChunkValues + pc * 8 : p.x;
-      cp_async16(xs + (s * kTiledToks + r) * kXsStride + pc * 8, src, valid);
+    if (pc < cb * 4) {  // the last chunk of a row may hold fewer than 4 blocks
+      const T* src = xsrc + int64_t{c} * kChunkValues;
+#pragma unroll
+      for (int i = 0; i < kTiledToks / kPassRows; ++i) {
+        const bool valid = tok0 + r0 + i * kPassRows < p.m;
+        cp_async16(xdst + (s * kTiledToks + i * kPassRows) * kXsStride, valid ? src + i * pass_stride : src, valid);
+      }
     }
     cp_async_commit();
   };
@@ -526,14 +556,20 @@ __global__ void __launch_bounds__(kTiledThreads) quant_tiled_kernel(const Params
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
+  TilePlanes planes[kTiledTM];
+#pragma unroll
+  for (int i = 0; i < kTiledTM; ++i) planes[i] = tile_planes<Q>(p, min(tile0 + i, p.tiles - 1));
+  const auto load = [&](int32_t c, Chunk<Q>(&r)[kTiledTM]) {
+    if (!active) return;
+#pragma unroll
+    for (int i = 0; i < kTiledTM; ++i)
+      if (tile0 + i < p.tiles) load_chunk<Q, false>(p, planes[i], c, g, t, r[i]);
+  };
+
   Chunk<Q> cur[kTiledTM];
   if (c_begin < c_end) {
     stage_x(c_begin, 0);
-    if (active) {
-#pragma unroll
-      for (int i = 0; i < kTiledTM; ++i)
-        if (tile0 + i < p.tiles) load_chunk<Q, false>(p, tile0 + i, c_begin, g, t, cur[i]);
-    }
+    load(c_begin, cur);
   }
   for (int32_t c = c_begin; c < c_end; ++c) {
     const int s = (c - c_begin) & 1;
@@ -545,11 +581,7 @@ __global__ void __launch_bounds__(kTiledThreads) quant_tiled_kernel(const Params
     }
     __syncthreads();  // chunk c's x is in stage s, from every thread's copies
     Chunk<Q> next[kTiledTM];
-    if (active && c + 1 < c_end) {
-#pragma unroll
-      for (int i = 0; i < kTiledTM; ++i)
-        if (tile0 + i < p.tiles) load_chunk<Q, false>(p, tile0 + i, c + 1, g, t, next[i]);
-    }
+    if (c + 1 < c_end) load(c + 1, next);
     if (active) {
       const int cb = min(kQuantChunkBlocks, p.nb - kQuantChunkBlocks * c);
       const T* xw = xs + (s * kTiledToks + wt * 8 * kTiledTN + g) * kXsStride + 8 * t;
