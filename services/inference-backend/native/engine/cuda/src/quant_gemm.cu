@@ -72,6 +72,18 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
 #endif
 }
 
+// (a & kMask) | kOr in one instruction (lop3; as two, nvcc keeps the mask and the OR apart).
+template <uint32_t kMask, uint32_t kOr>
+__device__ __forceinline__ uint32_t and_or(uint32_t a) {
+#ifdef STRATA_CUDA_EMULATION
+  return (a & kMask) | kOr;
+#else
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "n"(kMask), "n"(kOr));  // 0xEA: (a & b) | c
+  return d;
+#endif
+}
+
 // a * b + c on two packed fp16 or bf16 values, rounded to nearest (every use here is exact).
 template <typename T>
 __device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
@@ -145,7 +157,7 @@ __device__ __forceinline__ void dequant_pairs(uint32_t w0, uint32_t w1, uint32_t
       bias = Q == QuantType::Q4_0 ? Magic<T>::kMinus136 : Magic<T>::kMinus128;
     }
 #pragma unroll
-    for (int s = 0; s < 4; ++s) p[s] = fma2<T>(((w0 >> (4 * s)) & 0x000F000Fu) | Magic<T>::kBase, Magic<T>::kOne, bias);
+    for (int s = 0; s < 4; ++s) p[s] = fma2<T>(and_or<0x000F000Fu, Magic<T>::kBase>(w0 >> (4 * s)), Magic<T>::kOne, bias);
   }
 }
 
