@@ -256,11 +256,9 @@ int run(int argc, char** argv) {
   // Each step runs twice at the same position, interleaved: sampled on the GPU (greedy; only the
   // tokens come back) as the engine runs it, then with the logits copied to the host.
   const bool sampled = backend.samples_on_device();
-  // The step's kernels as the main column runs them, and the comparisons: each the main
-  // setting with one choice changed, run on the batches it concerns.
-  CudaBackendOptions main_kernels = backend.options();
-  main_kernels.gemv_max_rows = gemv_rows;
-  main_kernels.programmatic_launch = programmatic;
+  // The step's kernels as the main column runs them (the options the backend was made with), and
+  // the comparisons: each the main setting with one choice changed, run on the batches it concerns.
+  const CudaBackendOptions main_kernels = backend.options();
   struct Variant {
     const char* key;    // its JSON field
     const char* label;  // its column

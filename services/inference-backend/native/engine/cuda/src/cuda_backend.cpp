@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "rope.h"
@@ -39,6 +40,14 @@ void check_gemv_rows(int32_t rows) {
     throw ModelError(model_error_code::kConfig,
                      "gemv_max_rows must be 0.." + std::to_string(cuda::kGemvMaxRows) + ", got " + std::to_string(rows));
   }
+}
+
+// The fields of CudaBackendOptions that choose a step's kernels (what set_step_kernels takes),
+// as one tuple of references: compared, or assigned field by field.
+template <typename Options>
+auto step_kernel_fields(Options& o) {
+  return std::tie(o.gemv_max_rows, o.gemv_fuse_rope, o.quant_gemv_fuse, o.programmatic_launch, o.programmatic_prefetch,
+                  o.programmatic_early_trigger);
 }
 
 // One cudaMalloc, freed on destruction; a failure names what it was for and what is free.
@@ -1450,19 +1459,9 @@ const CudaBackendOptions& CudaBackend::options() const { return impl_->options; 
 void CudaBackend::set_step_kernels(const CudaBackendOptions& step) {
   Impl& m = *impl_;
   check_gemv_rows(step.gemv_max_rows);
-  CudaBackendOptions& o = m.options;
-  if (o.gemv_max_rows == step.gemv_max_rows && o.gemv_fuse_rope == step.gemv_fuse_rope &&
-      o.quant_gemv_fuse == step.quant_gemv_fuse && o.programmatic_launch == step.programmatic_launch &&
-      o.programmatic_prefetch == step.programmatic_prefetch &&
-      o.programmatic_early_trigger == step.programmatic_early_trigger)
-    return;  // the graphs captured already are these kernels'
-  cuda::check(cudaSetDevice(o.device), "cudaSetDevice");
-  o.gemv_max_rows = step.gemv_max_rows;
-  o.gemv_fuse_rope = step.gemv_fuse_rope;
-  o.quant_gemv_fuse = step.quant_gemv_fuse;
-  o.programmatic_launch = step.programmatic_launch;
-  o.programmatic_prefetch = step.programmatic_prefetch;
-  o.programmatic_early_trigger = step.programmatic_early_trigger;
+  if (step_kernel_fields(m.options) == step_kernel_fields(step)) return;  // the captured graphs are these kernels'
+  cuda::check(cudaSetDevice(m.options.device), "cudaSetDevice");
+  step_kernel_fields(m.options) = step_kernel_fields(step);
   if (m.num_blocks > 0) {
     m.destroy_graphs();
     m.capture_graphs();
