@@ -671,16 +671,29 @@ step_service() {
   return $rc
 }
 
-# Nsight Compute over bench_cuda_forward, once per phase, only its one --profile step recorded:
-# each kernel's duration (clocks as found: METHOD.md says leave them alone), summed by kernel.
+# One bench_cuda_forward --profile step of MODEL (PHASE: prefill or decode:B) under ncu, only that
+# step recorded (clocks as found: METHOD.md says leave them alone), its CSV into CSV: ncu's own
+# options, then after -- bench_cuda_forward's.
+ncu_forward() {  # ncu model phase csv [ncu options...] [-- bench_cuda_forward options...]
+  local ncu=$1 model=$2 phase=$3 csv=$4 options=()
+  shift 4
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do
+    options+=("$1")
+    shift
+  done
+  [ $# -gt 0 ] && shift
+  gpu "$ncu" --profile-from-start off --graph-profiling node --clock-control none "${options[@]}" \
+    --csv --print-units base --log-file "$csv" \
+    "$BIN/bench_cuda_forward" "$model" --profile "$phase" --copy-mib 64 --gemm-n 1024 "$@"
+}
+
+# Nsight Compute over bench_cuda_forward, once per phase: each kernel's duration, summed by kernel.
 profile_model() {  # model phases
   local ncu phase csvs=()
   ncu=$(find_ncu) || { note "no ncu on this machine"; exit 77; }
   for phase in $2; do
     csvs+=("$STRATA_PLAN_BASE.${phase/:/-}.csv")
-    gpu "$ncu" --profile-from-start off --graph-profiling node --clock-control none \
-      --metrics gpu__time_duration.sum --csv --print-units base --log-file "${csvs[-1]}" \
-      "$BIN/bench_cuda_forward" "$1" --profile "$phase" --copy-mib 64 --gemm-n 1024 || exit 1
+    ncu_forward "$ncu" "$1" "$phase" "${csvs[-1]}" --metrics gpu__time_duration.sum || exit 1
   done
   dry_run && exit 0
   python3 scripts/device/ncu_summary.py "$STRATA_PLAN_BASE.json" "${csvs[@]}"
@@ -726,10 +739,8 @@ step_limits() {
       continue
     fi
     csv=$STRATA_PLAN_BASE.$type.${phase/:/-}.csv
-    gpu "$ncu" --profile-from-start off --graph-profiling node --clock-control none \
-      --kernel-name "regex:$kernels" --launch-count "${STRATA_LIMITS_COUNT:-14}" "${sections[@]}" \
-      --page raw --csv --print-units base --log-file "$csv" \
-      "$BIN/bench_cuda_forward" "$model" --profile "$phase" --copy-mib 64 --gemm-n 1024 --graphs 0 || {
+    ncu_forward "$ncu" "$model" "$phase" "$csv" --kernel-name "regex:$kernels" \
+      --launch-count "${STRATA_LIMITS_COUNT:-14}" "${sections[@]}" --page raw -- --graphs 0 || {
       note "$spec: ncu or the profiled step failed"
       rc=1
     }
