@@ -92,15 +92,6 @@ struct RopeCacheParams {
   int32_t num_heads, num_kv_heads, head_dim, block_size;
 };
 
-// What a projection followed by rope_write_kv leaves for two outputs a and b (each rounded to T)
-// of rows row0 and row1 of one token's fused q/k/v row y: rows of a q or k head come as a rotated
-// pair (row1 = row0 + head_dim / 2): q rotated into y, k as projected into y and rotated into
-// its cache slot; rows of v as any two, into y and the cache as they are. A negative slot is a
-// padding row: nothing goes into the cache.
-template <typename T>
-__device__ __forceinline__ void store_qkv_pair(const RopeCacheParams<T>& p, T* y, int32_t position, int32_t slot,
-                                               int32_t row0, int32_t row1, T a, T b);
-
 // Those of `a`, checked: CudaError naming `what` unless head_dim is even and every count > 0.
 template <typename T>
 RopeCacheParams<T> rope_cache_params(const RopeKvArgs& a, const char* what) {
@@ -120,6 +111,11 @@ __device__ __forceinline__ T* cache_row(const RopeCacheParams<T>& p, T* cache, i
   return cache + ((block * p.num_kv_heads + kv_head) * p.block_size + offset) * p.head_dim;
 }
 
+// What a projection followed by rope_write_kv leaves for two outputs a and b (each rounded to T)
+// of rows row0 and row1 of one token's fused q/k/v row y: rows of a q or k head come as a rotated
+// pair (row1 = row0 + head_dim / 2): q rotated into y, k as projected into y and rotated into
+// its cache slot; rows of v as any two, into y and the cache as they are. A negative slot is a
+// padding row: nothing goes into the cache.
 template <typename T>
 __device__ __forceinline__ void store_qkv_pair(const RopeCacheParams<T>& p, T* y, int32_t position, int32_t slot,
                                                int32_t row0, int32_t row1, T a, T b) {
