@@ -1,5 +1,6 @@
 // The CUDA backend's forward pass next to the GPU's own limits, measured in one run:
-//   - the device-to-device copy bandwidth and cuBLAS's bf16 GEMM rate (8192³), the two ceilings;
+//   - the device-to-device copy bandwidth and cuBLAS's bf16 GEMM rate (8192³), the two ceilings
+//     (the GEMM's also sustained: 200 calls back to back, as long as a prefill step or longer);
 //   - prefill of P sequences × C tokens in one step, as a fraction of that GEMM rate;
 //   - decode steps at each batch size with C-token contexts (CUDA graphs), next to the roofline:
 //     the bytes a step must read (weights, plus every sequence's K and V) over the measured copy
@@ -13,6 +14,10 @@
 //     batch also runs with programmatic launch the other way round, and on without the GEMVs' L2
 //     prefetch and on with each kernel's successor scheduled only as it completes (its two parts
 //     apart). Each batch's kernels (CudaBackend::decode_kernels) are printed under the table.
+//   - one more prefill step and one more decode step of each batch, run eagerly with a CUDA event
+//     between their stages (CudaBackend::time_stages): each stage's GPU time summed over the
+//     layers at the clocks the step runs at, the step's GPU span and its wall time, beside the
+//     untimed step (a table after the decode table; "stage_times" in the JSON).
 //   bench_cuda_forward <model dir> [out.json] [--context C] [--batches 1,4,8,32,64,128,256] [--prefill-seqs P]
 //                      [--copy-mib 2048] [--gemm-n 8192]   (smaller ceilings: a smoke run, e.g. emulated)
 //                      [--profile prefill|decode:B] [--gemv-rows N] [--quant-dense-rows N] [--programmatic 0|1]
@@ -80,26 +85,48 @@ double copy_bandwidth(size_t bytes) {
   return 2.0 * double(bytes) / (median(ms) / 1e3);
 }
 
-// FLOP/s of cuBLAS's bf16 n³ GEMM on random data.
-double gemm_rate(int32_t n) {
+// FLOP/s of cuBLAS's bf16 n³ GEMM on random data: `peak`, the median of 10 calls each waited
+// for (after 3 warm-up calls), as every run so far measured it; `sustained`, the median of the
+// last quarter of `back_to_back` calls queued without a wait (each timed by events around it),
+// where a board that holds its clocks only below its power limit has slowed, as in a prefill step.
+struct GemmRates {
+  double peak = 0.0, sustained = 0.0;
+};
+GemmRates gemm_rates(int32_t n, int32_t back_to_back) {
   DeviceBuffer<__nv_bfloat16> x(size_t(n) * n), w(size_t(n) * n), y(size_t(n) * n);
   x.upload(convert<__nv_bfloat16>(random_floats(size_t(n) * n)));
   w.upload(convert<__nv_bfloat16>(random_floats(size_t(n) * n)));
   cuda::Gemm gemm;
-  cudaEvent_t start, stop;
-  STRATA_CK(cudaEventCreate(&start));
-  STRATA_CK(cudaEventCreate(&stop));
+  std::vector<cudaEvent_t> events(size_t(back_to_back) + 1);
+  for (cudaEvent_t& e : events) STRATA_CK(cudaEventCreate(&e));
+  const double flop = 2.0 * n * double(n) * n;
   std::vector<double> ms;
   for (int i = 0; i < 13; ++i) {
-    STRATA_CK(cudaEventRecord(start));
+    STRATA_CK(cudaEventRecord(events[0]));
     gemm.matmul(cuda::DType::kBF16, x.ptr, n, w.ptr, y.ptr, n, n, n, n, nullptr);
-    STRATA_CK(cudaEventRecord(stop));
-    STRATA_CK(cudaEventSynchronize(stop));
+    STRATA_CK(cudaEventRecord(events[1]));
+    STRATA_CK(cudaEventSynchronize(events[1]));
     float t = 0;
-    STRATA_CK(cudaEventElapsedTime(&t, start, stop));
+    STRATA_CK(cudaEventElapsedTime(&t, events[0], events[1]));
     if (i >= 3) ms.push_back(t);
   }
-  return 2.0 * n * double(n) * n / (median(ms) / 1e3);
+  GemmRates rates;
+  rates.peak = flop / (median(ms) / 1e3);
+  STRATA_CK(cudaEventRecord(events[0]));
+  for (int32_t i = 0; i < back_to_back; ++i) {
+    gemm.matmul(cuda::DType::kBF16, x.ptr, n, w.ptr, y.ptr, n, n, n, n, nullptr);
+    STRATA_CK(cudaEventRecord(events[size_t(i) + 1]));
+  }
+  STRATA_CK(cudaEventSynchronize(events.back()));
+  ms.clear();
+  for (int32_t i = back_to_back - back_to_back / 4; i < back_to_back; ++i) {
+    float t = 0;
+    STRATA_CK(cudaEventElapsedTime(&t, events[size_t(i)], events[size_t(i) + 1]));
+    ms.push_back(t);
+  }
+  rates.sustained = flop / (median(ms) / 1e3);
+  for (cudaEvent_t e : events) cudaEventDestroy(e);
+  return rates;
 }
 
 // Brackets one step for a profiler started with profiling off; a no-op unless `on`.
@@ -117,6 +144,52 @@ struct Seq {
   std::vector<int32_t> tokens;
   std::vector<int32_t> table;
 };
+
+// One step timed by stages (CudaBackend::time_stages), beside the same step untimed.
+struct StageColumn {
+  std::string label;
+  double step_ms;  // the same step untimed, as the benchmark's table gives it (decode: from its graph)
+  double wall_ms;  // the timed step, forward call to return
+  CudaStepTimes times;
+};
+
+// A table of the timed steps' stages: a row per stage (in step order, every stage any step ran),
+// a column per step, then each step's GPU span, wall time and untimed time.
+void print_stage_times(const std::vector<StageColumn>& columns) {
+  if (columns.empty()) return;
+  // Each column's stages are in step order; a stage new to the rows goes after its predecessor there.
+  std::vector<std::string> stages;
+  for (const StageColumn& col : columns) {
+    auto at = stages.begin();
+    for (const CudaStageTime& t : col.times.stages) {
+      const auto found = std::find(stages.begin(), stages.end(), t.stage);
+      at = found != stages.end() ? found + 1 : stages.insert(at, t.stage) + 1;
+    }
+  }
+  std::printf("\nwhere each step's GPU time goes: one more step of each kind, run eagerly with a CUDA event between "
+              "its stages (ms, summed over the layers; the GPU's waits for the host count in the stage it waited in)\n");
+  std::printf("%-32s", "stage");
+  for (const StageColumn& col : columns) std::printf(" %11s", col.label.c_str());
+  std::printf("\n");
+  for (const std::string& stage : stages) {
+    std::printf("%-32s", stage.c_str());
+    for (const StageColumn& col : columns) {
+      const auto t = std::find_if(col.times.stages.begin(), col.times.stages.end(),
+                                  [&](const CudaStageTime& x) { return x.stage == stage; });
+      if (t == col.times.stages.end()) std::printf(" %11s", "-");
+      else std::printf(" %11.3f", t->ms);
+    }
+    std::printf("\n");
+  }
+  const auto line = [&](const char* label, auto value) {
+    std::printf("%-32s", label);
+    for (const StageColumn& col : columns) std::printf(" %11.3f", value(col));
+    std::printf("\n");
+  };
+  line("GPU span (first event to last)", [](const StageColumn& c) { return c.times.span_ms; });
+  line("wall (call to return)", [](const StageColumn& c) { return c.wall_ms; });
+  line("untimed step (table above)", [](const StageColumn& c) { return c.step_ms; });
+}
 
 int run(int argc, char** argv) {
   require_device();
@@ -178,9 +251,12 @@ int run(int argc, char** argv) {
   const int32_t steps = 40, warm = 8, block = 16;
 
   const double bandwidth = copy_bandwidth(copy_mib << 20);
-  const double peak = gemm_rate(gemm_n);
-  std::printf("copy bandwidth %.0f GB/s (read + written), cuBLAS bf16 %d^3 %.1f TFLOP/s\n", bandwidth / 1e9, gemm_n,
-              peak / 1e12);
+  // 200 back-to-back 8192³ GEMMs: about 0.3 s on an H100, longer than a prefill step.
+  const GemmRates gemm = gemm_rates(gemm_n, 200);
+  const double peak = gemm.peak;
+  std::printf("copy bandwidth %.0f GB/s (read + written), cuBLAS bf16 %d^3 %.1f TFLOP/s (%.1f sustained: the last "
+              "50 of 200 calls back to back)\n",
+              bandwidth / 1e9, gemm_n, peak / 1e12, gemm.sustained / 1e12);
 
   CudaBackendOptions options;
   options.dtype = cuda::DType::kBF16;
@@ -221,7 +297,8 @@ int run(int argc, char** argv) {
   // context cached; the full steps but the first are timed (and the second is profiled).
   std::vector<double> prefill_ms;
   const int32_t profiled_prefill = n_seqs >= 2 * prefill_seqs ? prefill_seqs : 0;
-  for (int32_t first = 0; first < n_seqs; first += prefill_seqs) {
+  // The prompts of sequences first .. first + prefill_seqs - 1, whole.
+  const auto prefill_batch = [&](int32_t first) {
     StepBatch batch;
     for (int32_t i = first; i < std::min(n_seqs, first + prefill_seqs); ++i) {
       SeqSlice s;
@@ -233,6 +310,10 @@ int run(int argc, char** argv) {
       s.want_logits = true;
       batch.seqs.push_back(s);
     }
+    return batch;
+  };
+  for (int32_t first = 0; first < n_seqs; first += prefill_seqs) {
+    const StepBatch batch = prefill_batch(first);
     const ProfiledStep profiled(profile_prefill && first == profiled_prefill);
     const double t0 = now_ms();
     backend.forward(batch, logits.data());
@@ -248,6 +329,19 @@ int run(int argc, char** argv) {
                                4.0 * prefill_seqs * (double(context) * context / 2) * c.num_heads * c.head_dim * c.num_layers;
   const double prefill_median = median(prefill_ms);
   const double prefill_rate = prefill_flops / (prefill_median / 1e3);
+
+  // One more step of each kind, eager, with CUDA events between its stages (time_stages): where
+  // its GPU time goes at the clocks it runs at, and how much of its wall time the GPU is busy.
+  std::vector<StageColumn> stage_columns;
+  const auto time_step = [&](const std::string& label, double step_ms, auto step) {
+    backend.time_stages(true);
+    const double t0 = now_ms();
+    step();
+    const double wall = now_ms() - t0;
+    backend.time_stages(false);
+    stage_columns.push_back({label, step_ms, wall, backend.stage_times()});
+  };
+  time_step("prefill", prefill_median, [&] { backend.forward(prefill_batch(0), logits.data()); });
 
   // Decode: each batch size runs `steps` timed steps after `warm`, every sequence one token on.
   // What the backend holds (a GGUF file's blocks at their size), less the gather-only embedding table.
@@ -306,25 +400,33 @@ int run(int argc, char** argv) {
   };
   // warm + steps decode steps of batch b from position context; each step's time into ms
   // (sampled) and host_ms (logits to the host).
+  // Decode step `step` of sequences 0 .. b - 1 (their tokens into next), at position context + step.
+  const auto decode_batch = [&](int32_t b, int32_t step, std::vector<int32_t>& next) {
+    next.resize(size_t(b));
+    StepBatch batch;
+    for (int32_t i = 0; i < b; ++i) {
+      SeqSlice s;
+      next[i] = seqs[i].tokens[(step * 7 + i) % context];
+      s.tokens = &next[i];
+      s.n_tokens = 1;
+      s.start_pos = context + step;
+      s.block_table = seqs[i].table.data();
+      s.n_blocks = per_seq;
+      s.want_logits = true;
+      batch.seqs.push_back(s);
+    }
+    return batch;
+  };
+  SamplingBatch greedy;  // greedy.rows[0 .. b - 1] for a batch of b
+  greedy.rows.assign(size_t(max_batch), SamplingRow{});
+  for (SamplingRow& r : greedy.rows) r.temperature = 0.0f;
   auto decode_steps = [&](int32_t b, std::vector<double>& ms, std::vector<double>& host_ms) {
-    std::vector<int32_t> next(b);
+    std::vector<int32_t> next;
     SamplingBatch sampling;
-    sampling.rows.assign(size_t(b), SamplingRow{});
-    for (SamplingRow& r : sampling.rows) r.temperature = 0.0f;
+    sampling.rows.assign(greedy.rows.begin(), greedy.rows.begin() + b);
     SampledBatch tokens;
     for (int32_t step = 0; step < warm + steps; ++step) {
-      StepBatch batch;
-      for (int32_t i = 0; i < b; ++i) {
-        SeqSlice s;
-        next[i] = seqs[i].tokens[(step * 7 + i) % context];
-        s.tokens = &next[i];
-        s.n_tokens = 1;
-        s.start_pos = context + step;
-        s.block_table = seqs[i].table.data();
-        s.n_blocks = per_seq;
-        s.want_logits = true;
-        batch.seqs.push_back(s);
-      }
+      const StepBatch batch = decode_batch(b, step, next);
       if (sampled) {
         const ProfiledStep profiled(profile_batch > 0 && step == warm);
         const double t0 = now_ms();
@@ -364,6 +466,17 @@ int run(int argc, char** argv) {
     for (size_t v = 0; v < variants.size(); ++v)
       row.variant_ms.push_back(runs[v] ? median(sampled ? v_ms[v] : v_host_ms[v]) : 0.0);
     rows.push_back(row);
+    if (profile_batch > 0) continue;
+    // The step as the engine runs it (sampled where the backend samples), timed by stages.
+    time_step("decode " + std::to_string(b), row.ms, [&] {
+      std::vector<int32_t> next;
+      const StepBatch batch = decode_batch(b, 0, next);
+      SamplingBatch sampling;
+      sampling.rows.assign(greedy.rows.begin(), greedy.rows.begin() + b);
+      SampledBatch tokens;
+      if (sampled) backend.forward_sample(batch, sampling, tokens);
+      else backend.forward(batch, logits.data());
+    });
   }
   if (profile_batch > 0) return 0;
 
@@ -372,11 +485,12 @@ int run(int argc, char** argv) {
     out << "{\"benchmark\":\"cuda-forward\",\"device\":\"" << backend.device_name() << "\",\"model\":\"" << model_dir
         << "\",\"dtype\":\"bf16\",\"weights\":\"" << backend.weights_format()
         << "\",\"decode_weight_bytes\":" << backend.decode_weight_bytes() << ",\"context\":" << context << ",\"copy_bandwidth_gb_s\":" << bandwidth / 1e9
-        << ",\"gemm_bf16_tflops\":" << peak / 1e12 << ",\"load_gb_s\":" << backend.load_stats().gb_per_s() << ",\"load_s\":" << backend.load_stats().seconds
+        << ",\"gemm_bf16_tflops\":" << peak / 1e12 << ",\"gemm_bf16_sustained_tflops\":" << gemm.sustained / 1e12 << ",\"load_gb_s\":" << backend.load_stats().gb_per_s() << ",\"load_s\":" << backend.load_stats().seconds
         << ",\"quant_dense_min_rows\":" << quant_dense_rows
         << ",\"load_read_s\":" << backend.load_stats().read_seconds << ",\"load_host_s\":" << backend.load_stats().host_seconds
         << ",\"prefill\":{\"seqs\":" << prefill_seqs << ",\"tokens\":" << prefill_tokens << ",\"ms\":" << prefill_median
-        << ",\"tflops\":" << prefill_rate / 1e12 << ",\"fraction_of_gemm\":" << prefill_rate / peak << "},\"decode\":[";
+        << ",\"tflops\":" << prefill_rate / 1e12 << ",\"fraction_of_gemm\":" << prefill_rate / peak
+        << ",\"fraction_of_sustained_gemm\":" << prefill_rate / gemm.sustained << "},\"decode\":[";
     for (size_t i = 0; i < rows.size(); ++i) {
       out << (i ? "," : "") << "{\"batch\":" << rows[i].batch << ",\"ms\":" << rows[i].ms
           << ",\"host_logits_ms\":" << rows[i].host_logits_ms
@@ -387,12 +501,26 @@ int run(int argc, char** argv) {
       out << ",\"kernels\":\"" << rows[i].kernels << "\"}";
     }
     out << "],\"gemv_max_rows\":" << gemv_rows << ",\"programmatic_launch\":" << (programmatic ? "true" : "false") << ",\"decode_sampled_on_gpu\":" << (sampled ? "true" : "false")
-        << ",\"graph_steps\":" << backend.graph_steps() << ",\"eager_steps\":" << backend.eager_steps() << "}\n";
+        << ",\"graph_steps\":" << backend.graph_steps() << ",\"eager_steps\":" << backend.eager_steps()
+        << ",\"stage_times\":[";
+    for (size_t i = 0; i < stage_columns.size(); ++i) {
+      const StageColumn& col = stage_columns[i];
+      out << (i ? "," : "") << "{\"step\":\"" << col.label << "\",\"step_ms\":" << col.step_ms
+          << ",\"wall_ms\":" << col.wall_ms << ",\"gpu_span_ms\":" << col.times.span_ms << ",\"stages\":[";
+      for (size_t j = 0; j < col.times.stages.size(); ++j) {
+        const CudaStageTime& t = col.times.stages[j];
+        out << (j ? "," : "") << "{\"stage\":\"" << t.stage << "\",\"calls\":" << t.calls << ",\"ms\":" << t.ms << "}";
+      }
+      out << "]}";
+    }
+    out << "]}\n";
   }
 
   std::printf("\n%s, bf16, context %d\n", backend.device_name().c_str(), context);
-  std::printf("prefill %d x %d: %.1f ms, %.0f TFLOP/s = %.0f%% of the GEMM rate (target >= 60%%)\n", prefill_seqs,
-              context, prefill_median, prefill_rate / 1e12, 100.0 * prefill_rate / peak);
+  std::printf("prefill %d x %d: %.1f ms, %.0f TFLOP/s = %.0f%% of the GEMM rate (target >= 60%%), %.0f%% of its "
+              "sustained rate\n",
+              prefill_seqs, context, prefill_median, prefill_rate / 1e12, 100.0 * prefill_rate / peak,
+              100.0 * prefill_rate / gemm.sustained);
   std::printf("decode: %s; \"+ host logits\": the same step with every row's fp32 logits copied to the host\n",
               sampled ? "greedy sampling on the GPU, as the engine runs it" : "logits to the host (no GPU sampler)");
   std::printf("%6s %10s %12s %10s %10s %16s", "batch", "step ms", "roofline ms", "fraction", "tok/s",
@@ -410,6 +538,7 @@ int run(int argc, char** argv) {
     std::printf("\n");
   }
   for (const Row& r : rows) std::printf("batch %d: %s\n", r.batch, r.kernels.c_str());
+  print_stage_times(stage_columns);
   if (quant_fusable)
     std::printf("(\"q epi apart\": quant_gemv_fuse off, rope_write_kv and silu_mul after the quantized GEMV; "
                 "alternating)\n");

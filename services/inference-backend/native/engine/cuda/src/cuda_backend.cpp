@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -49,6 +50,81 @@ auto step_kernel_fields(Options& o) {
   return std::tie(o.gemv_max_rows, o.gemv_fuse_rope, o.quant_gemv_fuse, o.programmatic_launch, o.programmatic_prefetch,
                   o.programmatic_early_trigger);
 }
+
+// The stages of a step timed by time_stages, in step order, and their names.
+enum class Stage : uint8_t {
+  kInputs, kEmbedding, kAttentionNorm, kQkv, kAttention, kO, kMlpNorm, kGateUp, kDown, kHead, kSampling, kToHost,
+  kCount  // the step's first event: it closes no stage
+};
+constexpr std::array<const char*, size_t(Stage::kCount)> kStageNames = {
+    "step inputs to the device", "embedding gather", "attention norm (+ residual)", "q/k/v (+ RoPE, K/V write)",
+    "attention", "o projection", "MLP norm (+ residual)", "gate/up (+ SiLU)", "down projection",
+    "head (final norm, lm_head)", "sampling", "logits or tokens to the host"};
+
+// CUDA events between the stages of a step (CudaBackend::time_stages): a pool grown as needed,
+// and the stage each recorded event closes.
+class StageTimer {
+ public:
+  StageTimer() = default;
+  StageTimer(const StageTimer&) = delete;
+  StageTimer& operator=(const StageTimer&) = delete;
+  ~StageTimer() {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+
+  // Starts a step's timeline with its first event.
+  void begin(cudaStream_t stream) {
+    active_ = true;
+    used_ = 0;
+    record(stream, Stage::kCount);
+  }
+  void mark(cudaStream_t stream, Stage stage) {
+    if (active_) record(stream, stage);
+  }
+  // The step failed or ran from a graph: no timeline.
+  void cancel() { active_ = false; }
+  // Once the stream has reached the last event: the timeline into `out`.
+  void finish(CudaStepTimes& out) {
+    if (!active_) return;
+    active_ = false;
+    std::array<CudaStageTime, size_t(Stage::kCount)> sums{};
+    for (size_t i = 1; i < used_; ++i) {
+      CudaStageTime& t = sums[size_t(stages_[i])];
+      ++t.calls;
+      t.ms += elapsed(events_[i - 1], events_[i]);
+    }
+    out = CudaStepTimes{};
+    for (size_t s = 0; s < sums.size(); ++s) {  // the enum's order is the step's
+      if (sums[s].calls == 0) continue;
+      sums[s].stage = kStageNames[s];
+      out.stages.push_back(sums[s]);
+    }
+    if (used_ > 1) out.span_ms = elapsed(events_[0], events_[used_ - 1]);
+  }
+
+ private:
+  void record(cudaStream_t stream, Stage stage) {
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      cuda::check(cudaEventCreate(&e), "cudaEventCreate (timing a step's stages)");
+      events_.push_back(e);
+      stages_.push_back(stage);
+    }
+    stages_[used_] = stage;
+    cuda::check(cudaEventRecord(events_[used_], stream), "cudaEventRecord (timing a step's stages)");
+    ++used_;
+  }
+  static double elapsed(cudaEvent_t from, cudaEvent_t to) {
+    float ms = 0.0f;
+    cuda::check(cudaEventElapsedTime(&ms, from, to), "cudaEventElapsedTime (timing a step's stages)");
+    return ms;
+  }
+
+  std::vector<cudaEvent_t> events_;
+  std::vector<Stage> stages_;  // per event, the stage it closes
+  size_t used_ = 0;
+  bool active_ = false;
+};
 
 // One cudaMalloc, freed on destruction; a failure names what it was for and what is free.
 class DeviceMemory {
@@ -1016,6 +1092,7 @@ struct CudaBackend::Impl {
     int32_t* d = step_ints.as<int32_t>();
     cuda::check(cudaMemcpyAsync(d, step_host.as(), shape.ints * sizeof(int32_t), cudaMemcpyHostToDevice, stream),
                 "copying the step's inputs");
+    timer.mark(stream, Stage::kInputs);
     const StepInts dv = ints_at(d);
     const int32_t* prefill_tables = dv.tables + int64_t(shape.n_decode) * shape.table_stride;
     const int32_t tokens = shape.tokens, n_decode = shape.n_decode;
@@ -1023,11 +1100,13 @@ struct CudaBackend::Impl {
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config.head_dim)));
     float* res = residual.as<float>();
     cuda::embedding_gather(dtype, embed, dv.tokens, tokens, int32_t(hidden), res, stream);
+    timer.mark(stream, Stage::kEmbedding);
     for (int32_t l = 0; l < config.num_layers; ++l) {
       const CudaLayer& w = layers[l];
       // The previous layer's MLP output joins the residual stream here, fused with this norm.
       cuda::add_rms_norm(dtype, res, l == 0 ? nullptr : proj.as(), w.input_norm, normed.as(), tokens, int32_t(hidden),
                          config.rms_norm_eps, stream);
+      timer.mark(stream, Stage::kAttentionNorm);
       const cuda::RopeKvArgs rope = rope_args(l, tokens, dv.positions, dv.slots);
       switch (qkv_path(w, tokens, rope)) {
         case FusedPath::kGemv:
@@ -1041,6 +1120,7 @@ struct CudaBackend::Impl {
           cuda::rope_write_kv(rope, stream);
           break;
       }
+      timer.mark(stream, Stage::kQkv);
 
       // Decode rows come first, then the prefill slices' rows, each with its own block tables.
       cuda::PagedAttentionArgs paged;
@@ -1082,11 +1162,16 @@ struct CudaBackend::Impl {
         a.max_query_len = shape.max_query;
         cuda::prefill_attention(a, stream);
       }
+      timer.mark(stream, Stage::kAttention);
       gemm_rows(attn.as(), q_dim, w.o_proj, proj.as(), hidden, tokens, hidden, q_dim, w.o_bias);
+      timer.mark(stream, Stage::kO);
       cuda::add_rms_norm(dtype, res, proj.as(), w.post_norm, normed.as(), tokens, int32_t(hidden), config.rms_norm_eps,
                          stream);
+      timer.mark(stream, Stage::kMlpNorm);
       gate_up_act(w.gate_up, tokens);
+      timer.mark(stream, Stage::kGateUp);
       gemm_rows(act.as(), inter, w.down, proj.as(), hidden, tokens, hidden, inter, nullptr);
+      timer.mark(stream, Stage::kDown);
     }
 
     if (shape.n_logits == 0) return;
@@ -1098,6 +1183,7 @@ struct CudaBackend::Impl {
     if (dtype != DType::kF32) {
       cuda::convert(dtype, logits_out.as(), DType::kF32, logits_f32.as(), int64_t{shape.n_logits} * vocab, stream);
     }
+    timer.mark(stream, Stage::kHead);
   }
 
   const float* device_logits() const { return (dtype == DType::kF32 ? logits_out : logits_f32).as<float>(); }
@@ -1141,6 +1227,7 @@ struct CudaBackend::Impl {
 
   void capture_graphs() {
     destroy_graphs();
+    timer.cancel();  // no stage events inside a capture
     if (!options.cuda_graphs) return;
     const int32_t largest = std::min({options.max_graph_batch, options.max_seqs, options.max_batch_tokens});
     for (int32_t rows = 1; rows <= largest; rows *= 2) graph_sizes.push_back(rows);
@@ -1174,9 +1261,11 @@ struct CudaBackend::Impl {
   StepShape launch_forward(const StepBatch& batch, bool has_output) {
     // The engine loop's thread is not the one that loaded the model; the device is per thread.
     cuda::check(cudaSetDevice(options.device), "cudaSetDevice");
-    // A decode-only step that a graph holds replays it; anything else runs eagerly.
+    timer.cancel();  // a step that failed before its end left its timeline unfinished
+    // A decode-only step that a graph holds replays it (unless its stages are timed); anything
+    // else runs eagerly.
     int32_t graph = -1;
-    if (!graphs.empty() && !batch.seqs.empty()) {
+    if (!graphs.empty() && !batch.seqs.empty() && !time_steps) {
       bool decode_only = true;
       for (const SeqSlice& seq : batch.seqs) decode_only = decode_only && seq.n_tokens == 1;
       for (size_t g = 0; decode_only && g < graph_sizes.size() && graph < 0; ++g)
@@ -1189,6 +1278,7 @@ struct CudaBackend::Impl {
       cuda::check(cudaGraphLaunch(graphs[graph], stream), "cudaGraphLaunch");
       ++graph_steps;
     } else {
+      if (time_steps) timer.begin(stream);
       enqueue(shape);
       ++eager_steps;
     }
@@ -1201,8 +1291,10 @@ struct CudaBackend::Impl {
     if (bytes > 0) {
       cuda::check(cudaMemcpyAsync(logits_host.as(), device_logits(), bytes, cudaMemcpyDeviceToHost, stream),
                   "copying logits to the host");
+      timer.mark(stream, Stage::kToHost);
     }
     cuda::check(cudaStreamSynchronize(stream), "running the forward pass");
+    timer.finish(step_times);
     if (bytes > 0) std::memcpy(logits, logits_host.as(), bytes);
   }
 
@@ -1296,6 +1388,7 @@ struct CudaBackend::Impl {
     out.top_logprobs.assign(size_t(n) * kMaxSampledTop, 0.0f);
     if (n == 0) {
       cuda::check(cudaStreamSynchronize(stream), "running the forward pass");
+      timer.finish(step_times);
       return;
     }
     const SampleSections dev = sample_sections(sample_out.as()), host = sample_sections(sample_host.as());
@@ -1318,6 +1411,7 @@ struct CudaBackend::Impl {
       a.top_counts = dev.counts;
     }
     cuda::sample(a, stream);
+    timer.mark(stream, Stage::kSampling);
     // The sections' first n rows, into the same layout in pinned memory.
     const auto fetch = [&](void* dst, const void* src, size_t bytes) {
       cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream), "copying sampled tokens");
@@ -1329,7 +1423,9 @@ struct CudaBackend::Impl {
       fetch(host.top_ids, dev.top_ids, size_t(n) * kMaxSampledTop * 4);
       fetch(host.top_logprobs, dev.top_logprobs, size_t(n) * kMaxSampledTop * 4);
     }
+    timer.mark(stream, Stage::kToHost);
     cuda::check(cudaStreamSynchronize(stream), "running the forward pass and sampling");
+    timer.finish(step_times);
     for (int32_t i = 0; i < n; ++i) {
       SampledRow& r = out.rows[size_t(i)];
       r.token = host.tokens[i];
@@ -1343,6 +1439,10 @@ struct CudaBackend::Impl {
   }
 
   int64_t graph_steps = 0, eager_steps = 0;
+  // time_stages: events between the stages of every step while on, and the last step's times.
+  bool time_steps = false;
+  StageTimer timer;
+  CudaStepTimes step_times;
 };
 
 CudaBackend::CudaBackend(const std::filesystem::path& model_dir, CudaBackendOptions options)
@@ -1455,6 +1555,10 @@ std::string CudaBackend::decode_kernels(int32_t batch) {
 }
 
 const CudaBackendOptions& CudaBackend::options() const { return impl_->options; }
+
+void CudaBackend::time_stages(bool on) { impl_->time_steps = on; }
+
+const CudaStepTimes& CudaBackend::stage_times() const { return impl_->step_times; }
 
 void CudaBackend::set_step_kernels(const CudaBackendOptions& step) {
   Impl& m = *impl_;

@@ -481,6 +481,94 @@ void check_quantized(Report& report, const std::filesystem::path& file, const st
              compare(prompt_logits<double>(on_cpu), prompt_logits<float>(ref)), 3e-2);
 }
 
+// time_stages: the GEMV run's schedule again with a CUDA event between each step's stages. Events
+// change nothing computed (tokens, margins and logits are the GEMV run's, bit for bit); every timed
+// step runs eagerly; the last one's stages are a forward pass's, in step order, the per-layer ones
+// once a layer, and they add up to its span. A sampled step adds the sampler. Off again, decode
+// steps replay their graphs.
+void check_stage_timing(Report& report, const std::string& dir, const std::string& name, const Schedule& s,
+                        const CudaBackendOptions& options, const std::optional<Run>& gemv_run) {
+  CudaBackend gpu(dir, options);
+  gpu.time_stages(true);
+  const Run timed = greedy(gpu, s);
+  report.add_exact("stage timing changes nothing", "bf16 gemv", name + " (tokens, margins, logits)",
+                   gemv_run && gemv_run->tokens == timed.tokens && gemv_run->margins == timed.margins &&
+                       gemv_run->first_logits == timed.first_logits && gemv_run->second_logits == timed.second_logits);
+  report.add_exact("stage-timed steps run eagerly", "bf16 gemv",
+                   name + " (" + std::to_string(gpu.graph_steps()) + " graph / " + std::to_string(gpu.eager_steps()) +
+                       " eager steps)",
+                   gpu.graph_steps() == 0 && gpu.eager_steps() > 0);
+  const int32_t layers = gpu.config().num_layers;
+  // The stages a step runs, in order, and how often (0: once a layer).
+  const auto stages_are = [&](const CudaStepTimes& t, const std::vector<std::pair<std::string, int32_t>>& want,
+                              std::string* why) {
+    double sum = 0.0;
+    bool ok = t.stages.size() == want.size() && t.span_ms > 0.0;
+    for (size_t i = 0; ok && i < want.size(); ++i) {
+      const int32_t calls = want[i].second == 0 ? layers : want[i].second;
+      ok = t.stages[i].stage == want[i].first && t.stages[i].calls == calls && t.stages[i].ms >= 0.0;
+      sum += t.stages[i].ms;
+    }
+    ok = ok && std::abs(sum - t.span_ms) <= 1e-3 * t.span_ms + 1e-2;
+    *why = std::to_string(t.stages.size()) + " stages, " + std::to_string(sum) + " of a " + std::to_string(t.span_ms) +
+           " ms span";
+    return ok;
+  };
+  const std::vector<std::pair<std::string, int32_t>> layer = {
+      {"attention norm (+ residual)", 0}, {"q/k/v (+ RoPE, K/V write)", 0}, {"attention", 0}, {"o projection", 0},
+      {"MLP norm (+ residual)", 0},       {"gate/up (+ SiLU)", 0},          {"down projection", 0}};
+  std::vector<std::pair<std::string, int32_t>> forward = {{"step inputs to the device", 1}, {"embedding gather", 1}};
+  forward.insert(forward.end(), layer.begin(), layer.end());
+  forward.push_back({"head (final norm, lm_head)", 1});
+  std::vector<std::pair<std::string, int32_t>> sampled = forward;
+  forward.push_back({"logits or tokens to the host", 1});
+  sampled.push_back({"sampling", 1});
+  sampled.push_back({"logits or tokens to the host", 1});
+  std::string why;
+  const bool forward_ok = stages_are(gpu.stage_times(), forward, &why);
+  report.add_exact("stage times of a forward step", "bf16 gemv", name + " (" + why + ")", forward_ok);
+
+  // One decode row of the first prompt's first token, untimed with its logits, then sampled greedily and timed.
+  const int32_t vocab = gpu.config().vocab_size;
+  std::vector<int32_t> table((options.max_batch_tokens + kBlockSize - 1) / kBlockSize);
+  std::iota(table.begin(), table.end(), 0);
+  StepBatch batch;
+  SeqSlice slice;
+  slice.tokens = s.prompts[0].data();
+  slice.n_tokens = 1;
+  slice.start_pos = 0;
+  slice.block_table = table.data();
+  slice.n_blocks = int32_t(table.size());
+  slice.want_logits = true;
+  batch.seqs.push_back(slice);
+  gpu.allocate_kv(int32_t(table.size()), kBlockSize);
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  gpu.time_stages(false);
+  gpu.forward(batch, logits.data());
+  float margin = 0.0f;
+  const int32_t best = argmax(logits.data(), vocab, &margin);
+  SamplingBatch sampling;
+  sampling.rows.assign(1, SamplingRow{});
+  sampling.rows[0].temperature = 0.0f;
+  SampledBatch out;
+  gpu.time_stages(true);
+  gpu.forward_sample(batch, sampling, out);
+  gpu.time_stages(false);
+  const bool sampled_ok = stages_are(gpu.stage_times(), sampled, &why);
+  report.add_exact("stage times of a sampled step", "bf16 gemv",
+                   name + " (" + why + "; token " + std::to_string(out.rows.at(0).token) + ", argmax " +
+                       std::to_string(best) + ")",
+                   sampled_ok && out.rows.at(0).token == best);
+
+  const int64_t graph_before = gpu.graph_steps();
+  greedy(gpu, s);
+  if (options.cuda_graphs) {
+    report.add_exact("graphs again once stage timing is off", "bf16 gemv",
+                     name + " (" + std::to_string(gpu.graph_steps() - graph_before) + " graph steps)",
+                     gpu.graph_steps() > graph_before);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -609,6 +697,7 @@ int main(int argc, char** argv) {
       report.add_exact("programmatic launch == plain launch", "bf16 gemv programmatic",
                        name + parts + " (tokens, margins, logits; " + why + ")", same);
     }
+    check_stage_timing(report, dir, name, s, options_for(cuda::DType::kBF16, cuda::kGemvMaxRows), gemv_run);
     // The engine, sampling on the GPU and on the CPU from the same fp32 backend's logits.
     const std::vector<Request> requests = sampled_requests(cpu.config());
     EngineRun on_cpu, on_gpu;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "strata/cuda_kernels.h"
 #include "strata/model_backend.h"
@@ -91,6 +92,20 @@ struct CudaLoadStats {
   double gb_per_s() const { return seconds > 0.0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
 };
 
+// One stage of a step timed with CUDA events (CudaBackend::time_stages): the GPU time from the
+// event recorded before it to the one after it, summed over its calls (most run once a layer).
+// Time the GPU spent waiting for the host to queue the stage's kernels counts in it.
+struct CudaStageTime {
+  std::string stage;
+  int32_t calls = 0;
+  double ms = 0.0;
+};
+
+struct CudaStepTimes {
+  double span_ms = 0.0;               // the step's first event to its last: its whole time on the GPU
+  std::vector<CudaStageTime> stages;  // in step order; stages the step did not run are absent
+};
+
 class CudaBackend final : public ModelBackend {
  public:
   // A Hugging Face directory (config.json and safetensors in f32, bf16 or f16): every tensor is
@@ -147,6 +162,14 @@ class CudaBackend final : public ModelBackend {
   // captures the decode graphs again; its other fields are not read. For benchmarks that
   // compare the kernels of a step several ways in one process. The same choices again: nothing.
   void set_step_kernels(const CudaBackendOptions& step);
+  // While on, every step runs eagerly (not from a CUDA graph) with a CUDA event before and after
+  // each of its stages (the step's input copy, the embedding gather, each layer's norms,
+  // projections and attention, the head, the logits' or sampled tokens' copy to the host), and
+  // stage_times() then holds the last step's. For benchmarks, not serving: the events cost a few
+  // microseconds a step and each one ends what programmatic launch would overlap across it.
+  void time_stages(bool on);
+  // The last step timed while time_stages was on (span 0 and no stages before the first).
+  const CudaStepTimes& stage_times() const;
 
  private:
   struct Impl;
