@@ -917,11 +917,21 @@ __global__ void __launch_bounds__(kMmaWarps * 32) prefill_mma_kernel(PrefillPara
 // become the next mma's A fragments as they are (the C layout of two 8-key tiles is the A
 // layout of one 16-key step), and the output stays in fp32 accumulators to the end. K and V
 // tiles come through shared memory with cp.async, two tiles deep, rows padded by 16 bytes (so
-// the fragment loads and ldmatrix hit 32 distinct banks). P is rounded to the dtype before the
+// ldmatrix's 8 rows hit distinct banks), and into fragments by ldmatrix, two n8 tiles' a load
+// (V transposed). Only the tiles that reach past a warp's first row are masked. P is rounded to the dtype before the
 // P·V product, as flash attention does; the row sums are of the fp32 probabilities.
 constexpr int kFaWarps = 4;
 constexpr int kFaQueries = 16 * kFaWarps;
 constexpr int kFaKeys = 64;
+// Blocks an SM keeps. On sm_90 three of head_dim 128's 70 KB of staged tiles fit its shared
+// memory, and 168 registers a thread (ptxas takes 171 unbounded, which allows two) let their 12
+// warps in. sm_80's shared memory holds two, sm_89's one: there ptxas keeps its own choice
+// (bounded to 168 it spills 24 bytes there, for no more blocks).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+constexpr int kFaMinBlocks = 3;
+#else
+constexpr int kFaMinBlocks = 1;
+#endif
 
 template <typename T, int D>
 constexpr size_t prefill_fa_shared_bytes() {
@@ -929,7 +939,7 @@ constexpr size_t prefill_fa_shared_bytes() {
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kFaWarps * 32) prefill_fa_kernel(PrefillParams<T> p) {
+__global__ void __launch_bounds__(kFaWarps * 32, kFaMinBlocks) prefill_fa_kernel(PrefillParams<T> p) {
   static_assert(D % 16 == 0 && D <= 128, "head_dim 16..128, whole 16-wide mma steps");
   constexpr int kStride = D + 8;                  // a staged row, padded
   constexpr int kVec = 16 / sizeof(T);            // values per 16-byte copy
@@ -970,19 +980,33 @@ __global__ void __launch_bounds__(kFaWarps * 32) prefill_fa_kernel(PrefillParams
   // Keys up to the tile's last query row, inclusive; a tile's keys past them are zeros.
   const int32_t kv_end = base + tile.rows;
   const int32_t n_tiles = (kv_end + kFaKeys - 1) / kFaKeys;
+  // Each thread stages one 16-byte column of every kStep-th row of a tile, from row stage_row:
+  // its column and rows are the same in every tile, and each next row's cache block and offset
+  // follow from the last one's without a division.
+  constexpr int kStep = kFaWarps * 32 / kRowChunks;
+  static_assert(kFaWarps * 32 % kRowChunks == 0 && kFaKeys % kStep == 0, "a tile's rows split evenly");
+  const int stage_row = tid / kRowChunks, stage_col = (tid % kRowChunks) * kVec;
+  const int64_t head_col = int64_t{tile.kv_head} * tile.head_stride + stage_col;
   const auto stage = [&](int s, int32_t kv_first) {
-    T* ks = staged + 2 * s * kTileElems;
+    T* ks = staged + 2 * s * kTileElems + stage_row * kStride + stage_col;
     T* vs = ks + kTileElems;
-    for (int i = tid; i < kFaKeys * kRowChunks; i += kFaWarps * 32) {
-      const int j = i / kRowChunks, c = (i % kRowChunks) * kVec;
-      const int32_t key = kv_first + j;
+    int32_t key = kv_first + stage_row;
+    int32_t block = key / tile.block_size, offset = key - block * tile.block_size;
+#pragma unroll
+    for (int r = 0; r < kFaKeys / kStep; ++r) {
       const bool valid = key < kv_end;
-      const int64_t at = valid ? tile.key(key) + c : 0;
-      cp_async16(ks + j * kStride + c, p.k_cache + at, valid);
-      cp_async16(vs + j * kStride + c, p.v_cache + at, valid);
+      const int64_t at = valid ? int64_t{tile.table[block]} * tile.block_stride + head_col + int64_t{offset} * D : 0;
+      cp_async16(ks + r * kStep * kStride, p.k_cache + at, valid);
+      cp_async16(vs + r * kStep * kStride, p.v_cache + at, valid);
+      key += kStep;
+      for (offset += kStep; offset >= tile.block_size; offset -= tile.block_size) ++block;
     }
     cp_async_commit();
   };
+  // This lane's row addresses for ldmatrix: key rows of K tiles (two 8-key tiles, each k = 0..7
+  // and 8..15) and key rows of V tiles (16 keys, two 8-dim column groups).
+  const int k_lane = ((lane / 16) * 8 + lane % 8) * kStride + (lane / 8 % 2) * 8;
+  const int v_lane = (lane % 16) * kStride + (lane / 16) * 8;
 
   float o[D / 8][4] = {};
   float max_lo = -INFINITY, max_hi = -INFINITY, sum_lo = 0.0f, sum_hi = 0.0f;  // sums: this lane's part
@@ -1000,38 +1024,48 @@ __global__ void __launch_bounds__(kFaWarps * 32) prefill_fa_kernel(PrefillParams
     const T* vs = ks + kTileElems;
     // A warp whose rows are all past the slice, or all before this key tile, has nothing to add.
     if (warp_active && kv_first <= warp_last) {
-      // Scores: (16, 64) = Q (16, D) · Kᵀ, eight 8-key tiles. B[k][n] = K[key n][dim k].
+      // Scores: (16, 64) = Q (16, D) · Kᵀ, eight 8-key tiles. B[k][n] = K[key n][dim k]: one
+      // ldmatrix gives two 8-key tiles' fragments.
       float sc[kFaKeys / 8][4] = {};
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
-        for (int nt = 0; nt < kFaKeys / 8; ++nt) {
-          const T* krow = ks + (nt * 8 + g) * kStride + kk * 16 + 2 * t;
-          mma16816<T>(sc[nt], qa[kk], *reinterpret_cast<const uint32_t*>(krow),
-                      *reinterpret_cast<const uint32_t*>(krow + 8), sc[nt]);
+        for (int np = 0; np < kFaKeys / 16; ++np) {
+          uint32_t b[4];
+          ldmatrix_x4<false>(b, ks + np * 16 * kStride + kk * 16 + k_lane);
+          mma16816<T>(sc[2 * np], qa[kk], b[0], b[1], sc[2 * np]);
+          mma16816<T>(sc[2 * np + 1], qa[kk], b[2], b[3], sc[2 * np + 1]);
         }
       }
-      // Causal mask and scale; each row's max over the tile, across its 4 lanes.
+      // The causal mask, only on a tile with keys past the warp's first row (a row past the
+      // slice is never stored, whatever its scores); each row's max over the tile, across its
+      // 4 lanes. The scores stay unscaled: the scale is applied to the tile's max, and to each
+      // score inside its exponential's fma.
+      if (kv_first + kFaKeys - 1 > base + warp_first) {
+#pragma unroll
+        for (int nt = 0; nt < kFaKeys / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int32_t key = kv_first + nt * 8 + 2 * t + e;
+            if (key > pos_lo) sc[nt][e] = -INFINITY;
+            if (key > pos_hi) sc[nt][2 + e] = -INFINITY;
+          }
+        }
+      }
       float tile_lo = -INFINITY, tile_hi = -INFINITY;
 #pragma unroll
       for (int nt = 0; nt < kFaKeys / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int32_t key = kv_first + nt * 8 + 2 * t + e;
-          sc[nt][e] = key <= pos_lo ? sc[nt][e] * scale_log2 : -INFINITY;
-          sc[nt][2 + e] = key <= pos_hi ? sc[nt][2 + e] * scale_log2 : -INFINITY;
-          tile_lo = fmaxf(tile_lo, sc[nt][e]);
-          tile_hi = fmaxf(tile_hi, sc[nt][2 + e]);
-        }
+        tile_lo = fmaxf(tile_lo, fmaxf(sc[nt][0], sc[nt][1]));
+        tile_hi = fmaxf(tile_hi, fmaxf(sc[nt][2], sc[nt][3]));
       }
 #pragma unroll
       for (int offset = 1; offset < 4; offset <<= 1) {
         tile_lo = fmaxf(tile_lo, __shfl_xor_sync(0xffffffffu, tile_lo, offset));
         tile_hi = fmaxf(tile_hi, __shfl_xor_sync(0xffffffffu, tile_hi, offset));
       }
-      const float new_lo = fmaxf(max_lo, tile_lo), new_hi = fmaxf(max_hi, tile_hi);
+      const float new_lo = fmaxf(max_lo, tile_lo * scale_log2), new_hi = fmaxf(max_hi, tile_hi * scale_log2);
       const float shift_lo = new_lo == -INFINITY ? 0.0f : new_lo, shift_hi = new_hi == -INFINITY ? 0.0f : new_hi;
-      const float rescale_lo = exp2f(max_lo - shift_lo), rescale_hi = exp2f(max_hi - shift_hi);
+      const float rescale_lo = exp2_ftz(max_lo - shift_lo), rescale_hi = exp2_ftz(max_hi - shift_hi);
       max_lo = new_lo;
       max_hi = new_hi;
       // Probabilities, as the A fragments of P · V: 16-key step j is 8-key tiles 2j and 2j + 1.
@@ -1039,8 +1073,10 @@ __global__ void __launch_bounds__(kFaWarps * 32) prefill_fa_kernel(PrefillParams
       float part_lo = 0.0f, part_hi = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < kFaKeys / 8; ++nt) {
-        const float p0 = exp2f(sc[nt][0] - shift_lo), p1 = exp2f(sc[nt][1] - shift_lo);
-        const float p2 = exp2f(sc[nt][2] - shift_hi), p3 = exp2f(sc[nt][3] - shift_hi);
+        const float p0 = exp2_ftz(fmaf(sc[nt][0], scale_log2, -shift_lo));
+        const float p1 = exp2_ftz(fmaf(sc[nt][1], scale_log2, -shift_lo));
+        const float p2 = exp2_ftz(fmaf(sc[nt][2], scale_log2, -shift_hi));
+        const float p3 = exp2_ftz(fmaf(sc[nt][3], scale_log2, -shift_hi));
         part_lo += p0 + p1;
         part_hi += p2 + p3;
         pa[nt / 2][(nt % 2) * 2] = pack2<T>(p0, p1);
@@ -1055,14 +1091,16 @@ __global__ void __launch_bounds__(kFaWarps * 32) prefill_fa_kernel(PrefillParams
         o[dn][2] *= rescale_hi;
         o[dn][3] *= rescale_hi;
       }
-      // Output: (16, D) += P (16, 64) · V (64, D). B[k][n] = V[key k][dim n], transposed by ldmatrix.
+      // Output: (16, D) += P (16, 64) · V (64, D). B[k][n] = V[key k][dim n], transposed by
+      // ldmatrix, two 8-dim tiles' fragments a load.
 #pragma unroll
       for (int kk = 0; kk < kFaKeys / 16; ++kk) {
 #pragma unroll
-        for (int dn = 0; dn < D / 8; ++dn) {
-          uint32_t b0, b1;
-          ldmatrix_x2_trans(b0, b1, vs + (kk * 16 + lane % 16) * kStride + dn * 8);
-          mma16816<T>(o[dn], pa[kk], b0, b1, o[dn]);
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t b[4];
+          ldmatrix_x4<true>(b, vs + kk * 16 * kStride + dp * 16 + v_lane);
+          mma16816<T>(o[2 * dp], pa[kk], b[0], b[1], o[2 * dp]);
+          mma16816<T>(o[2 * dp + 1], pa[kk], b[2], b[3], o[2 * dp + 1]);
         }
       }
     }

@@ -4,6 +4,7 @@
 // on the emulation's warp-wide gather and the register layouts of the PTX ISA.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -94,6 +95,20 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
 #endif
 }
 
+// 2^x on the SFU with subnormal results flushed to 0 (ex2.approx.ftz): exp2f's own accuracy
+// without the scaling it wraps around each MUFU.EX2 for subnormal results (a compare and two
+// predicated multiplies). For softmax weights, where a weight under 2^-126 adds nothing.
+__device__ __forceinline__ float exp2_ftz(float x) {
+#ifdef STRATA_CUDA_EMULATION
+  const float y = std::exp2(x);
+  return y < 0x1p-126f ? 0.0f : y;
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+
 // 16 bytes global -> shared, asynchronously; zeros when !valid (src is then not read).
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
 #ifdef STRATA_CUDA_EMULATION
@@ -134,6 +149,35 @@ __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& r0, uint32_t& r1, co
 #else
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+#endif
+}
+
+// Four 8x8 matrices of 16-bit values from shared memory: lanes 8m .. 8m + 7 give the addresses of
+// matrix m's rows (16-byte aligned, 8 values each). Lane 4g + t receives r[m] = (Mm[g][2t],
+// Mm[g][2t+1]) as they are, or (Mm[2t][g], Mm[2t+1][g]) with kTrans, the first in the low half.
+// For rows that are mma.sync B's columns (a key tile's rows, say), r[0], r[1] are one n8 tile's
+// b0, b1 when matrices 0 and 1 hold its k = 0..7 and 8..15; with kTrans, for rows that are B's
+// rows (a value tile's), when matrices 0 and 1 hold k = 0..7 and 8..15 of one 8-column group.
+// Every lane of the warp must make the call.
+template <bool kTrans>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+#ifdef STRATA_CUDA_EMULATION
+  uint64_t rows[32];
+  ::strata::emu::gather(reinterpret_cast<uint64_t>(row), rows);
+  const int lane = ::strata::emu::lane_id(), g = lane / 4, t = lane % 4;
+  auto at = [&](int m, int r_, int c) { return uint32_t{reinterpret_cast<const uint16_t*>(rows[8 * m + r_])[c]}; };
+  for (int m = 0; m < 4; ++m) r[m] = kTrans ? at(m, 2 * t, g) | at(m, 2 * t + 1, g) << 16 : at(m, g, 2 * t) | at(m, g, 2 * t + 1) << 16;
+#else
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if constexpr (kTrans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  }
 #endif
 }
 

@@ -735,6 +735,11 @@ void check_dtype() {
   check_prefill<T>(KvShape{8, 4, 8, 7, 0}, {0, 13}, {50, 20});
   if (full) check_prefill<T>(KvShape{8, 1, 256, 16, 0}, {0, 600}, {40, 9});
   check_prefill<T>(KvShape{4, 4, 64, 16, 0}, {1000}, {129});
+  // Block sizes that cut a 64-key tile unevenly, smaller than a thread's row step (8 rows at
+  // head_dim 128, 16 at 64, 32 at 32).
+  check_prefill<T>(KvShape{16, 2, 64, 7, 0}, {0, 70}, {100, 33});
+  check_prefill<T>(KvShape{8, 2, 128, 5, 0}, {130, 0}, {70, 65});
+  check_prefill<T>(KvShape{4, 2, 32, 3, 0}, {0, 50}, {90, 17});
 }
 
 }  // namespace
