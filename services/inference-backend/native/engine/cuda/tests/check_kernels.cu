@@ -228,6 +228,28 @@ void check_rope_kv(KvShape s, int32_t n_tokens, float scaling) {
   report.add("rope k -> cache", dtype_name(dtype_of<T>()), shape, compare(ref_k, out_k), tol);
   report.add("v -> cache", dtype_name(dtype_of<T>()), shape, compare(ref_v, out_v), 0.0);
   report.add_exact("kv slots not written", dtype_name(dtype_of<T>()), shape + " padding row", untouched_written == 0);
+
+  // The same tokens with rows one element wider: no longer 16-byte aligned, so a thread takes one
+  // pair or value instead of 16 bytes. The same bytes either way (q, both caches).
+  const int64_t odd = stride + 1;
+  std::vector<T> qkv_odd(size_t(n_tokens) * odd);
+  for (int32_t t = 0; t < n_tokens; ++t)
+    std::copy_n(qkv.begin() + size_t(t) * stride, stride, qkv_odd.begin() + size_t(t) * odd);
+  DeviceBuffer<T> d_qkv_odd(qkv_odd.size()), d_k_odd(cache_elems), d_v_odd(cache_elems);
+  d_qkv_odd.upload(qkv_odd);
+  d_k_odd.poison();
+  d_v_odd.poison();
+  rope_write_kv(qkv_rope_args<T>(s, d_qkv_odd.ptr, odd, n_tokens, d_pos.ptr, d_slots.ptr, d_freq.ptr, d_k_odd.ptr,
+                                 d_v_odd.ptr),
+                nullptr);
+  STRATA_CK(cudaDeviceSynchronize());
+  const std::vector<T> odd_qkv = d_qkv_odd.download(), odd_k = d_k_odd.download(), odd_v = d_v_odd.download();
+  bool same = std::memcmp(odd_k.data(), got_k.data(), got_k.size() * sizeof(T)) == 0 &&
+              std::memcmp(odd_v.data(), got_v.data(), got_v.size() * sizeof(T)) == 0;
+  for (int32_t t = 0; t < n_tokens; ++t)
+    same = same && std::memcmp(odd_qkv.data() + size_t(t) * odd, got_qkv.data() + size_t(t) * stride,
+                               size_t(stride) * sizeof(T)) == 0;
+  report.add_exact("rope_write_kv 16 bytes == 1 pair a thread", dtype_name(dtype_of<T>()), shape + " (q, caches)", same);
 }
 
 template <typename T>
