@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.cuh"
 #include "check_util.h"
 #include "strata/cuda_backend.h"
 #include "strata/cuda_gemm.h"
@@ -53,6 +54,7 @@ extern "C" cudaError_t cudaProfilerStop();
 
 using namespace strata;
 using namespace strata::cuda::checks;
+using strata::cuda::bench::GemmRates;
 
 namespace {
 
@@ -63,70 +65,6 @@ double median(std::vector<double> xs) {
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Bytes per second of a device-to-device copy, counting bytes read and written.
-double copy_bandwidth(size_t bytes) {
-  DeviceBuffer<char> a(bytes), b(bytes);
-  STRATA_CK(cudaMemset(a.ptr, 1, bytes));
-  cudaEvent_t start, stop;
-  STRATA_CK(cudaEventCreate(&start));
-  STRATA_CK(cudaEventCreate(&stop));
-  std::vector<double> ms;
-  for (int i = 0; i < 13; ++i) {
-    STRATA_CK(cudaEventRecord(start));
-    STRATA_CK(cudaMemcpyAsync(i % 2 ? a.ptr : b.ptr, i % 2 ? b.ptr : a.ptr, bytes, cudaMemcpyDeviceToDevice));
-    STRATA_CK(cudaEventRecord(stop));
-    STRATA_CK(cudaEventSynchronize(stop));
-    float t = 0;
-    STRATA_CK(cudaEventElapsedTime(&t, start, stop));
-    if (i >= 3) ms.push_back(t);
-  }
-  return 2.0 * double(bytes) / (median(ms) / 1e3);
-}
-
-// FLOP/s of cuBLAS's bf16 n³ GEMM on random data: `peak`, the median of 10 calls each waited
-// for (after 3 warm-up calls), as every run so far measured it; `sustained`, the median of the
-// last quarter of `back_to_back` calls queued without a wait (each timed by events around it),
-// where a board that holds its clocks only below its power limit has slowed, as in a prefill step.
-struct GemmRates {
-  double peak = 0.0, sustained = 0.0;
-};
-GemmRates gemm_rates(int32_t n, int32_t back_to_back) {
-  DeviceBuffer<__nv_bfloat16> x(size_t(n) * n), w(size_t(n) * n), y(size_t(n) * n);
-  x.upload(convert<__nv_bfloat16>(random_floats(size_t(n) * n)));
-  w.upload(convert<__nv_bfloat16>(random_floats(size_t(n) * n)));
-  cuda::Gemm gemm;
-  std::vector<cudaEvent_t> events(size_t(back_to_back) + 1);
-  for (cudaEvent_t& e : events) STRATA_CK(cudaEventCreate(&e));
-  const double flop = 2.0 * n * double(n) * n;
-  std::vector<double> ms;
-  for (int i = 0; i < 13; ++i) {
-    STRATA_CK(cudaEventRecord(events[0]));
-    gemm.matmul(cuda::DType::kBF16, x.ptr, n, w.ptr, y.ptr, n, n, n, n, nullptr);
-    STRATA_CK(cudaEventRecord(events[1]));
-    STRATA_CK(cudaEventSynchronize(events[1]));
-    float t = 0;
-    STRATA_CK(cudaEventElapsedTime(&t, events[0], events[1]));
-    if (i >= 3) ms.push_back(t);
-  }
-  GemmRates rates;
-  rates.peak = flop / (median(ms) / 1e3);
-  STRATA_CK(cudaEventRecord(events[0]));
-  for (int32_t i = 0; i < back_to_back; ++i) {
-    gemm.matmul(cuda::DType::kBF16, x.ptr, n, w.ptr, y.ptr, n, n, n, n, nullptr);
-    STRATA_CK(cudaEventRecord(events[size_t(i) + 1]));
-  }
-  STRATA_CK(cudaEventSynchronize(events.back()));
-  ms.clear();
-  for (int32_t i = back_to_back - back_to_back / 4; i < back_to_back; ++i) {
-    float t = 0;
-    STRATA_CK(cudaEventElapsedTime(&t, events[size_t(i)], events[size_t(i) + 1]));
-    ms.push_back(t);
-  }
-  rates.sustained = flop / (median(ms) / 1e3);
-  for (cudaEvent_t e : events) cudaEventDestroy(e);
-  return rates;
 }
 
 // Brackets one step for a profiler started with profiling off; a no-op unless `on`.
@@ -250,9 +188,10 @@ int run(int argc, char** argv) {
   const int32_t max_batch = *std::max_element(batches.begin(), batches.end());
   const int32_t steps = 40, warm = 8, block = 16;
 
-  const double bandwidth = copy_bandwidth(copy_mib << 20);
-  // 200 back-to-back 8192³ GEMMs: about 0.3 s on an H100, longer than a prefill step.
-  const GemmRates gemm = gemm_rates(gemm_n, 200);
+  // The copy: median of 10 after 3 warm-up copies. 200 back-to-back 8192³ GEMMs: about 0.3 s on
+  // an H100, longer than a prefill step.
+  const double bandwidth = cuda::bench::measure_copy(nullptr, copy_mib << 20, 10).gbps * 1e9;
+  const GemmRates gemm = cuda::bench::measure_gemm(gemm_n, 200);
   const double peak = gemm.peak;
   std::printf("copy bandwidth %.0f GB/s (read + written), cuBLAS bf16 %d^3 %.1f TFLOP/s (%.1f sustained: the last "
               "50 of 200 calls back to back)\n",

@@ -1,5 +1,6 @@
 // Shared by the GPU benchmarks (bench_*.cu): seeded random fills on the device, event timing,
-// the median, and the copy bandwidth that the weight-streaming kernels are measured against.
+// the median, and the two ceilings: the copy bandwidth that the weight-streaming kernels are
+// measured against and cuBLAS's bf16 GEMM rate.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "check_util.h"
+#include "strata/cuda_gemm.h"
 
 namespace strata::cuda::bench {
 
@@ -118,6 +120,50 @@ inline CopyResult measure_copy(cudaStream_t stream, size_t bytes, int samples) {
   r.min_ms = *std::min_element(ms.begin(), ms.end());
   r.gbps = 2.0 * double(bytes) / (r.median_ms * 1e-3) / 1e9;
   return r;
+}
+
+// FLOP/s of cuBLAS's bf16 n³ GEMM on random data: `peak`, the median of 10 calls each waited
+// for (after 3 warm-up calls); `sustained`, the median of the last quarter of `back_to_back` calls
+// queued without a wait (each timed by events around it), where a board that holds its clocks
+// only below its power limit has slowed, as in a long prefill step.
+struct GemmRates {
+  double peak = 0.0, sustained = 0.0;
+};
+
+inline GemmRates measure_gemm(int32_t n, int32_t back_to_back) {
+  checks::DeviceBuffer<__nv_bfloat16> x(size_t(n) * n), w(size_t(n) * n), y(size_t(n) * n);
+  fill(x.ptr, x.count, 2);
+  fill(w.ptr, w.count, 3);
+  Gemm gemm;
+  std::vector<cudaEvent_t> events(size_t(std::max(back_to_back, 1)) + 1);
+  for (cudaEvent_t& e : events) STRATA_CK(cudaEventCreate(&e));
+  const double flop = 2.0 * n * double(n) * n;
+  const auto elapsed = [&](size_t from) {
+    float t = 0.0f;
+    STRATA_CK(cudaEventElapsedTime(&t, events[from], events[from + 1]));
+    return double(t);
+  };
+  std::vector<double> ms;
+  for (int i = 0; i < 13; ++i) {
+    STRATA_CK(cudaEventRecord(events[0]));
+    gemm.matmul(DType::kBF16, x.ptr, n, w.ptr, y.ptr, n, n, n, n, nullptr);
+    STRATA_CK(cudaEventRecord(events[1]));
+    STRATA_CK(cudaEventSynchronize(events[1]));
+    if (i >= 3) ms.push_back(elapsed(0));
+  }
+  GemmRates rates;
+  rates.peak = flop / (median(ms) / 1e3);
+  STRATA_CK(cudaEventRecord(events[0]));
+  for (int32_t i = 0; i < back_to_back; ++i) {
+    gemm.matmul(DType::kBF16, x.ptr, n, w.ptr, y.ptr, n, n, n, n, nullptr);
+    STRATA_CK(cudaEventRecord(events[size_t(i) + 1]));
+  }
+  STRATA_CK(cudaEventSynchronize(events.back()));
+  ms.clear();
+  for (int32_t i = back_to_back - std::max(back_to_back / 4, 1); i < back_to_back; ++i) ms.push_back(elapsed(size_t(i)));
+  rates.sustained = flop / (median(ms) / 1e3);
+  for (cudaEvent_t e : events) cudaEventDestroy(e);
+  return rates;
 }
 
 }  // namespace strata::cuda::bench
