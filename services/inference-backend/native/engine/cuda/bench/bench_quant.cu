@@ -5,7 +5,8 @@
 // (decode: the weights should stream at close to copy bandwidth), 64, 256, 512 (toward prefill:
 // compared with cuBLAS's TFLOP/s); Q4_0, Q4_1 and Q8_0 with bf16 activations. Then the decode
 // GEMV's warps a block (QuantGemmArgs::gemv_warps: the k split) swept for Q4_0 at m = 1 on the
-// backend's q/k/v, o, fused gate/up and down shapes.
+// backend's q/k/v, o, fused gate/up and down shapes, each with one and with two chunks a warp in
+// flight (QuantGemmArgs::gemv_prefetch).
 //
 // Method (as bench_gemm.cu): random weights (random quant bytes, fp16 scales in [-0.05, 0.05])
 // generated on the device in the GPU layout; each shape rotates among enough weight/x/y sets
@@ -125,7 +126,7 @@ struct Row {
 };
 
 Row measure_quant(QuantType type, const std::string& shape, int32_t m, int32_t n, int32_t k, cudaStream_t stream,
-                  int32_t warps = 0) {
+                  int32_t warps = 0, int32_t prefetch = 0) {
   const size_t w_bytes = round256(size_t(quant_gpu_bytes(type, n, k)));
   const size_t x_bytes = round256(size_t(m) * k * 2), y_bytes = round256(size_t(m) * n * 2);
   const size_t set_bytes = w_bytes + x_bytes + y_bytes;
@@ -148,6 +149,7 @@ Row measure_quant(QuantType type, const std::string& shape, int32_t m, int32_t n
   a.workspace = ws_floats > 0 ? ws.ptr : nullptr;
   a.workspace_floats = ws_floats;
   a.gemv_warps = warps;
+  a.gemv_prefetch = prefetch;
   auto args_for = [&](int i) {
     QuantGemmArgs b = a;
     char* base = pool.ptr + set_bytes * (i % sets);
@@ -263,18 +265,21 @@ int run(int argc, char** argv) {
     }
   }
   // The decode GEMV's k split: Q4_0 at m = 1 on the backend's own weights (q/k/v and gate/up
-  // fused), with the warps a block chosen (0: about 16 an SM) and forced to 2 .. 16.
+  // fused), with the warps a block chosen (0: about 16 an SM) and forced to 2 .. 16, each with
+  // one and two chunks a warp in flight.
   const std::vector<Shape> sweep_shapes =
       smoke ? std::vector<Shape>{{"smoke", 200, 256}}
             : std::vector<Shape>{{"q/k/v", 6144, 4096}, {"o", 4096, 4096}, {"gate+up", 28672, 4096}, {"down", 4096, 14336}};
-  const std::vector<int32_t> sweep_warps = {0, 2, 4, 8, 12, 16};
-  std::vector<Row> sweep;
+  const std::vector<int32_t> sweep_warps = {0, 2, 4, 8, 12, 16}, sweep_prefetch = {1, 2};
+  std::vector<Row> sweep;  // per shape, per prefetch, per warps
   for (const Shape& s : sweep_shapes) {
-    for (const int32_t warps : sweep_warps) {
-      Row r = measure_quant(QuantType::Q4_0, s.name, 1, s.n, s.k, stream, warps);
-      std::printf("  sweep %-8s warps=%-2d %9.2f us  %7.1f GB/s %5.1f%% copy  %s\n", s.name, warps, r.t.graph_us,
-                  r.weight_gbps, 100.0 * r.weight_gbps / copy_gbps, r.route.c_str());
-      sweep.push_back(r);
+    for (const int32_t prefetch : sweep_prefetch) {
+      for (const int32_t warps : sweep_warps) {
+        Row r = measure_quant(QuantType::Q4_0, s.name, 1, s.n, s.k, stream, warps, prefetch);
+        std::printf("  sweep %-8s warps=%-2d %9.2f us  %7.1f GB/s %5.1f%% copy  %s\n", s.name, warps, r.t.graph_us,
+                    r.weight_gbps, 100.0 * r.weight_gbps / copy_gbps, r.route.c_str());
+        sweep.push_back(r);
+      }
     }
   }
   STRATA_CK(cudaStreamDestroy(stream));
@@ -299,7 +304,9 @@ int run(int argc, char** argv) {
       const Row& r = sweep[i];
       out << (i ? "," : "") << "{\"shape\":\"" << json_escape(r.shape) << "\",\"kind\":\"" << r.kind
           << "\",\"m\":" << r.m << ",\"n\":" << r.n << ",\"k\":" << r.k << ",\"warps_asked\":"
-          << sweep_warps[i % sweep_warps.size()] << ",\"us\":" << r.t.graph_us << ",\"weight_gbps\":" << r.weight_gbps
+          << sweep_warps[i % sweep_warps.size()] << ",\"prefetch_asked\":"
+          << sweep_prefetch[(i / sweep_warps.size()) % sweep_prefetch.size()] << ",\"us\":" << r.t.graph_us
+          << ",\"weight_gbps\":" << r.weight_gbps
           << ",\"frac_copy\":" << r.weight_gbps / copy_gbps << ",\"route\":\"" << json_escape(r.route) << "\"}";
     }
     out << "]}\n";
@@ -340,12 +347,14 @@ int run(int argc, char** argv) {
     }
   }
   std::printf("c: weight GB/s as %% of copy; b: TFLOP/s as %% of cuBLAS bf16 on the same shape\n");
-  std::printf("\nQ4_0 GEMV at m=1 by warps a block (0: chosen), us and weight GB/s as %% of copy\n%-8s %11s",
-              "shape", "n x k");
+  std::printf("\nQ4_0 GEMV at m=1 by warps a block (0: chosen) and chunks a warp in flight (pf), us and weight "
+              "GB/s as %% of copy\n%-8s %11s %3s",
+              "shape", "n x k", "pf");
   for (const int32_t w : sweep_warps) std::printf(" %14s", ("warps=" + std::to_string(w)).c_str());
   std::printf("\n");
   for (size_t i = 0; i < sweep.size(); i += sweep_warps.size()) {
-    std::printf("%-8s %5dx%-5d", sweep[i].shape.c_str(), sweep[i].n, sweep[i].k);
+    std::printf("%-8s %5dx%-5d %3d", sweep[i].shape.c_str(), sweep[i].n, sweep[i].k,
+                sweep_prefetch[(i / sweep_warps.size()) % sweep_prefetch.size()]);
     for (size_t j = 0; j < sweep_warps.size(); ++j)
       std::printf(" %7.1fus %4.0f%%", sweep[i + j].t.graph_us, 100.0 * sweep[i + j].weight_gbps / copy_gbps);
     std::printf("\n");

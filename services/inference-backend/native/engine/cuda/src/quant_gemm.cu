@@ -376,10 +376,11 @@ __device__ __forceinline__ void store_pair(const Params<T>& p, const RopeCachePa
   }
 }
 
-template <QuantType Q, typename T, int TM, int TN, Epilogue E>
+template <QuantType Q, typename T, int TM, int TN, Epilogue E, int PF>
 __global__ void __launch_bounds__(gemv_max_warps(TM) * 32) quant_gemv_kernel(const Params<T> p,
                                                                               const RopeCacheParams<T> rope) {
   static_assert(E == Epilogue::kStore || TM == 2, "the paired epilogues take two tiles a block");
+  static_assert(PF >= 1 && PF <= kQuantGemvMaxPrefetch, "1 or 2 chunks in flight");
   extern __shared__ float4 gemv_smem[];
   float* red = reinterpret_cast<float*>(gemv_smem);
   constexpr int E4 = TM * TN * 4;  // a lane's sums
@@ -406,19 +407,24 @@ __global__ void __launch_bounds__(gemv_max_warps(TM) * 32) quant_gemv_kernel(con
 
   int32_t c = warp;
   if (c < p.chunks) {
-    Chunk<Q> cur[TM];
+    // ring[s]: this warp's chunk c + s * warps. ring[0] is multiplied while the next PF chunks'
+    // weights are in flight; then each moves down one.
+    Chunk<Q> ring[PF + 1][TM];
 #pragma unroll
-    for (int i = 0; i < TM; ++i)
-      if (live(i)) load_chunk<Q, true>(p, tile(i), c, g, t, cur[i]);
+    for (int s = 0; s < PF; ++s) {
+      if (c + s * warps >= p.chunks) break;
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+        if (live(i)) load_chunk<Q, true>(p, tile(i), c + s * warps, g, t, ring[s][i]);
+    }
     for (; c < p.chunks; c += warps) {
-      // The next chunk's weights are in flight while this one is multiplied.
-      Chunk<Q> next[TM];
-      const int32_t cn = c + warps;
+      const int32_t cn = c + PF * warps;
       if (cn < p.chunks) {
 #pragma unroll
         for (int i = 0; i < TM; ++i)
-          if (live(i)) load_chunk<Q, true>(p, tile(i), cn, g, t, next[i]);
+          if (live(i)) load_chunk<Q, true>(p, tile(i), cn, g, t, ring[PF][i]);
       }
+      const Chunk<Q>(&cur)[TM] = ring[0];
       const int cb = min(kQuantChunkBlocks, p.nb - kQuantChunkBlocks * c);
 #pragma unroll
       for (int bi = 0; bi < kQuantChunkBlocks; ++bi) {
@@ -444,7 +450,9 @@ __global__ void __launch_bounds__(gemv_max_warps(TM) * 32) quant_gemv_kernel(con
         }
       }
 #pragma unroll
-      for (int i = 0; i < TM; ++i) cur[i] = next[i];
+      for (int s = 0; s < PF; ++s)
+#pragma unroll
+        for (int i = 0; i < TM; ++i) ring[s][i] = ring[s + 1][i];
     }
   }
 
@@ -644,10 +652,10 @@ __global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks<Q>) quant_tiled
   }
 }
 
-template <QuantType Q, typename T, int TM, int TN, Epilogue E>
+template <QuantType Q, typename T, int TM, int TN, Epilogue E, int PF = 1>
 void launch_gemv(const Params<T>& p, const RopeCacheParams<T>& rope, dim3 grid, dim3 block, size_t shared,
                  Stream stream) {
-  quant_gemv_kernel<Q, T, TM, TN, E><<<grid, block, shared, stream>>>(p, rope);
+  quant_gemv_kernel<Q, T, TM, TN, E, PF><<<grid, block, shared, stream>>>(p, rope);
 }
 
 // The dense values (quant_dequantize): one thread per (row, block), its 32 values d·q (+ m) in
@@ -714,7 +722,7 @@ int device_sms() {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct GemvConfig {
-  int tm, tn, warps;
+  int tm, tn, warps, prefetch;
   int64_t grid;
 };
 
@@ -723,7 +731,13 @@ struct GemvConfig {
 // epilogue (`pairs`: the grid is then one block per pair of tiles). Warps: enough to have about
 // 16 warps per SM in total, each with at least one chunk; `warps` > 0 asks for that many instead
 // (capped at the kernel's most and at the row's chunks), the same split whatever the epilogue.
-GemvConfig gemv_config(int32_t m, int32_t n, int32_t k, int sms, int32_t warps, bool pairs = false) {
+// Prefetch: the chunks a warp has in flight; 2 with one tile a warp (q/k/v, o and down at batch
+// 1 streamed at 0.9-1.2 TB/s of an H100's 3.0 with one, latency-bound, while gate/up's two
+// tiles a warp, twice the bytes in flight, reached 1.8), 1 with two; `prefetch` > 0 asks for
+// that many. The paired epilogues keep 1. It changes no result: each warp adds the same chunks
+// in the same order.
+GemvConfig gemv_config(int32_t m, int32_t n, int32_t k, int sms, int32_t warps, int32_t prefetch,
+                       bool pairs = false) {
   const int64_t tiles = ceil_div(n, kQuantTileRows);
   const int64_t chunks = ceil_div(k / kBlockValues, kQuantChunkBlocks);
   GemvConfig c{};
@@ -732,6 +746,7 @@ GemvConfig gemv_config(int32_t m, int32_t n, int32_t k, int sms, int32_t warps, 
   c.grid = ceil_div(tiles, c.tm);
   const int64_t want = warps > 0 ? warps : std::clamp<int64_t>(ceil_div(16 * int64_t{sms}, c.grid), 2, kGemvMaxWarps);
   c.warps = int(std::min<int64_t>({want, gemv_max_warps(c.tm), chunks}));
+  c.prefetch = pairs ? 1 : prefetch > 0 ? prefetch : c.tm == 1 ? 2 : 1;
   return c;
 }
 
@@ -809,6 +824,8 @@ void validate(const QuantGemmArgs& a, int64_t y_width) {
   require(int64_t{a.m} <= int64_t{65535} * kTiledToks, "quant_gemm: m too large");
   require(a.gemv_warps >= 0 && a.gemv_warps <= kQuantGemvMaxWarps,
           "quant_gemm: gemv_warps must be 0 (chosen) or 1.." + std::to_string(kQuantGemvMaxWarps));
+  require(a.gemv_prefetch >= 0 && a.gemv_prefetch <= kQuantGemvMaxPrefetch,
+          "quant_gemm: gemv_prefetch must be 0 (chosen) or 1.." + std::to_string(kQuantGemvMaxPrefetch));
 }
 
 template <typename T>
@@ -990,9 +1007,9 @@ std::string quant_gemm_describe(const QuantGemmArgs& a) {
   dispatch_quant(a.w.type, [&]<QuantType Q>() {
     dispatch_half(a.dtype, [&]<typename T>() {
       if (use_gemv(a)) {
-        const GemvConfig c = gemv_config(std::max(a.m, 1), a.w.rows, a.w.cols, sms, a.gemv_warps);
+        const GemvConfig c = gemv_config(std::max(a.m, 1), a.w.rows, a.w.cols, sms, a.gemv_warps, a.gemv_prefetch);
         text = "gemv TM=" + std::to_string(c.tm) + " TN=" + std::to_string(c.tn) + " warps=" + std::to_string(c.warps) +
-               " grid=" + std::to_string(c.grid);
+               " prefetch=" + std::to_string(c.prefetch) + " grid=" + std::to_string(c.grid);
       } else {
         const TiledConfig c = tiled_config<Q, T>(std::max(a.m, 1), a.w.rows, a.w.cols, sms,
                                                  a.workspace != nullptr ? a.workspace_floats : 0);
@@ -1011,12 +1028,25 @@ namespace {
 template <QuantType Q, typename T, Epilogue E>
 void launch_gemv_for(const QuantGemmArgs& a, const Params<T>& p, const RopeCacheParams<T>& rope, int sms,
                      Stream stream) {
-  const GemvConfig c = gemv_config(a.m, a.w.rows, a.w.cols, sms, a.gemv_warps, E != Epilogue::kStore);
+  const GemvConfig c =
+      gemv_config(a.m, a.w.rows, a.w.cols, sms, a.gemv_warps, a.gemv_prefetch, E != Epilogue::kStore);
   const size_t shared = static_cast<size_t>(c.warps * c.tm * c.tn * 4 * 32) * sizeof(float);
   const dim3 grid(unsigned(c.grid)), block(unsigned(32 * c.warps));
   if constexpr (E == Epilogue::kStore) {
-    if (c.tm == 1 && c.tn == 1) return launch_gemv<Q, T, 1, 1, E>(p, rope, grid, block, shared, stream);
-    if (c.tm == 1) return launch_gemv<Q, T, 1, 2, E>(p, rope, grid, block, shared, stream);
+    const bool two = c.prefetch == 2;
+    if (c.tm == 1 && c.tn == 1) {
+      return two ? launch_gemv<Q, T, 1, 1, E, 2>(p, rope, grid, block, shared, stream)
+                 : launch_gemv<Q, T, 1, 1, E>(p, rope, grid, block, shared, stream);
+    }
+    if (c.tm == 1) {
+      return two ? launch_gemv<Q, T, 1, 2, E, 2>(p, rope, grid, block, shared, stream)
+                 : launch_gemv<Q, T, 1, 2, E>(p, rope, grid, block, shared, stream);
+    }
+    if (two) {
+      if (c.tn == 1) launch_gemv<Q, T, 2, 1, E, 2>(p, rope, grid, block, shared, stream);
+      else launch_gemv<Q, T, 2, 2, E, 2>(p, rope, grid, block, shared, stream);
+      return;
+    }
   }
   if (c.tn == 1) launch_gemv<Q, T, 2, 1, E>(p, rope, grid, block, shared, stream);
   else launch_gemv<Q, T, 2, 2, E>(p, rope, grid, block, shared, stream);

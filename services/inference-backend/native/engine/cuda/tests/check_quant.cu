@@ -345,6 +345,9 @@ void check_refusals() {
   QuantGemmArgs warps = a;
   warps.gemv_warps = kQuantGemvMaxWarps + 1;
   report.add_exact("quant_gemm refuses", "-", "gemv_warps 17", throws([&] { quant_gemm(warps, nullptr); }));
+  QuantGemmArgs prefetch = a;
+  prefetch.gemv_prefetch = kQuantGemvMaxPrefetch + 1;
+  report.add_exact("quant_gemm refuses", "-", "gemv_prefetch 3", throws([&] { quant_gemm(prefetch, nullptr); }));
   // The fused epilogues: bf16 x and y (the buffers above are big enough for every case).
   a.dtype = DType::kBF16;
   QuantGemmArgs odd = a;
@@ -439,6 +442,30 @@ void check_refusals() {
 // ---- the fused epilogues ----------------------------------------------------------------------
 
 bool same_bytes(const void* a, const void* b, size_t bytes) { return std::memcmp(a, b, bytes) == 0; }
+
+// The GEMV with one and with two chunks a warp in flight (gemv_prefetch), the same warps: the
+// same bytes, since each warp adds the same chunks in the same order (the shapes put 1 to 5
+// chunks on a warp, so the second prefetch often runs past the row's last chunk).
+template <typename T>
+void check_prefetch(const HostQuant& hw, const DeviceQuant& dw, int32_t m, int32_t warps) {
+  const int32_t n = hw.rows, k = hw.cols;
+  const std::vector<T> x = convert<T>(random_floats(size_t(m) * k));
+  DeviceBuffer<T> d_x(x.size()), d_one(size_t(m) * n), d_two(size_t(m) * n);
+  d_x.upload(x);
+  QuantGemmArgs a = gemm_args(d_x.ptr, k, dw.w, d_one.ptr, n, m);
+  a.kernel = QuantKernel::kGemv;
+  a.gemv_warps = warps;
+  a.gemv_prefetch = 1;
+  quant_gemm(a, nullptr);
+  const std::string one = quant_gemm_describe(a);
+  a.y = d_two.ptr;
+  a.gemv_prefetch = 2;
+  quant_gemm(a, nullptr);
+  STRATA_CK(cudaDeviceSynchronize());
+  const std::vector<T> got_one = d_one.download(), got_two = d_two.download();
+  report.add_exact("gemv prefetch 2 == 1", dtype_name(a.dtype), one + " m=" + std::to_string(m) + " (and prefetch=2)",
+                   same_bytes(got_one.data(), got_two.data(), got_one.size() * sizeof(T)));
+}
 
 // quant_gemm_swiglu against quant_gemm (same warps) into a (m, 2n) gate/up buffer then silu_mul:
 // the same bytes in every row, y's padding untouched.
@@ -612,6 +639,10 @@ void check_type(QuantType type) {
   run(3, 1000, 32, gemv);
   if (type == QuantType::Q4_0) check_graph<T>(get(1000, 576).h, *get(1000, 576).d, 17);
   if (type == QuantType::Q8_0) check_graph<T>(get(192, 608).h, *get(192, 608).d, 3);
+  // Chunks of 4 and 3 blocks, 5 a row: 5, 3, 2 and 2 a warp; one and two token tiles; two tiles
+  // a warp (8464 rows), 2 chunks a row.
+  for (int32_t warps : {1, 2, 3, 4}) check_prefetch<T>(get(1000, 608).h, *get(1000, 608).d, warps % 2 ? 1 : 9, warps);
+  check_prefetch<T>(get(8464, 160).h, *get(8464, 160).d, 1, 1);
 #else
   for (int32_t k : {576, 1536, 4096})
     for (int32_t n : {192, 1000})
@@ -634,6 +665,10 @@ void check_type(QuantType type) {
   run(1, 4096, 14336);                                      // down
   check_graph<T>(get(1000, 576).h, *get(1000, 576).d, 17);
   check_graph<T>(get(1000, 1536).h, *get(1000, 1536).d, 8);
+  for (int32_t warps : {1, 2, 3, 4}) check_prefetch<T>(get(1000, 608).h, *get(1000, 608).d, warps % 2 ? 1 : 9, warps);
+  check_prefetch<T>(get(8464, 160).h, *get(8464, 160).d, 1, 1);
+  check_prefetch<T>(get(14336, 4096).h, *get(14336, 4096).d, 1, 0);  // Llama-3-8B gate/up
+  check_prefetch<T>(get(4096, 14336).h, *get(4096, 14336).d, 1, 0);  // down
 #endif
 }
 

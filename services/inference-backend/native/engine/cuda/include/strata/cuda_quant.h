@@ -43,6 +43,7 @@ inline constexpr int32_t kQuantTileRows = 16;     // rows per tile of the GPU la
 inline constexpr int32_t kQuantChunkBlocks = 4;   // blocks per chunk (128 values of a row)
 inline constexpr int32_t kQuantGemvMaxM = 16;     // largest m the decode (GEMV) kernel takes
 inline constexpr int32_t kQuantGemvMaxWarps = 16; // most warps a GEMV block splits a row's k among
+inline constexpr int32_t kQuantGemvMaxPrefetch = 2;  // most chunks a GEMV warp keeps in flight
 
 // Bytes of one block (18, 20, 34), and of a (rows, cols) matrix in the GPU layout: rows rounded
 // up to kQuantTileRows, cols / 32 blocks a row. cols must be a positive multiple of 32.
@@ -98,6 +99,10 @@ struct QuantGemmArgs {
   // that many, capped at the row's 128-value chunks and at 8 where a warp takes two tiles (large
   // n, and the fused epilogues below). For checks and benchmarks.
   int32_t gemv_warps = 0;
+  // The chunks of weights each GEMV warp keeps in flight ahead of the one it multiplies: 0 =
+  // chosen (2 with one 16-row tile a warp, 1 with two), 1 or 2 asks for that many; the fused
+  // epilogues keep 1. Results do not depend on it. For checks and benchmarks.
+  int32_t gemv_prefetch = 0;
 };
 
 // Launches the GEMM on `stream`: no allocation and no synchronisation, so it can be captured in a
