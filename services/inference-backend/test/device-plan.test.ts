@@ -836,6 +836,59 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
     expect(none.stderr).toContain('no function with a loop of HMMA matches');
   });
 
+  it("files a call's results into the benchmark record (record_run.py): steps, checks, every benchmark's JSON", () => {
+    const dir = mkdtempSync(join(tmpdir(), 'strata-record-'));
+    sandboxes.push(dir);
+    const results = join(dir, 'results');
+    mkdirSync(results);
+    const put = (name: string, value: unknown) => writeFileSync(join(results, name), JSON.stringify(value));
+    put('00-machine.json', { name: 'NVIDIA H100 80GB HBM3', driver: '580.159.04' });
+    put('00-machine.step.json', { step: 'machine', status: 'ok', seconds: 9 });
+    put('01-quant.step.json', { step: 'quant', status: 'ok', seconds: 16 });
+    put('01-quant.json', { program: 'check_cuda_quant', seed: 7, rows: [{ pass: true }, { pass: false }] });
+    put('02-forward.step.json', { step: 'forward', status: 'ok', seconds: 30 });
+    put('02-forward.json', {
+      benchmark: 'cuda-forward',
+      stage_times: [{ step: 'prefill', gpu_span_ms: 205 }],
+    });
+    put('03-bench_quant.step.json', { step: 'bench_quant', status: 'ok', seconds: 40 });
+    put('03-bench_quant.json', {
+      program: 'bench_cuda_quant',
+      gemv_warp_sweep: [{ warps_asked: 0, prefetch_asked: 2 }],
+    });
+    const out = join(dir, 'cuda-test.json');
+    const script = join(repo, 'scripts', 'device', 'record_run.py');
+    const args = [
+      script,
+      results,
+      out,
+      '--commit',
+      'abc1234',
+      '--command',
+      'gpu-plan.sh quant forward bench_quant',
+    ];
+    const r = spawnSync('python3', args, { encoding: 'utf8' });
+    expect(r.status, r.stderr).toBe(0);
+    const run = JSON.parse(readFileSync(out, 'utf8')).runs[0];
+    expect(run.commit).toBe('abc1234');
+    expect(run.steps.bench_quant).toEqual({ status: 'ok', seconds: 40, note: '' });
+    expect(run.checks).toEqual([
+      { step: 'quant', program: 'check_cuda_quant', checks: 2, failed: 1, seed: '7' },
+    ]);
+    expect(run.forward.stage_times[0].gpu_span_ms).toBe(205);
+    expect(run.bench_quant.gemv_warp_sweep[0].prefetch_asked).toBe(2);
+    // A second call appends a run; a folder without the machine step is refused.
+    expect(spawnSync('python3', args, { encoding: 'utf8' }).status).toBe(0);
+    expect(JSON.parse(readFileSync(out, 'utf8')).runs).toHaveLength(2);
+    const empty = join(dir, 'empty');
+    mkdirSync(empty);
+    const refused = spawnSync('python3', [script, empty, out, '--commit', 'c', '--command', 'x'], {
+      encoding: 'utf8',
+    });
+    expect(refused.status).not.toBe(0);
+    expect(refused.stderr).toContain('not a gpu-plan results folder');
+  });
+
   it('runs the service from its bundle when named: the engine alone on the same workload, then service-run.sh', () => {
     const sb = sandbox();
     const bundle = join(sb.dir, 'service');
