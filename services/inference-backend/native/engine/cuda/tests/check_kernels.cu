@@ -762,6 +762,10 @@ void check_dtype() {
   check_prefill<T>(KvShape{16, 2, 64, 7, 0}, {0, 70}, {100, 33});
   check_prefill<T>(KvShape{8, 2, 128, 5, 0}, {130, 0}, {70, 65});
   check_prefill<T>(KvShape{4, 2, 32, 3, 0}, {0, 50}, {90, 17});
+  // The engine's prefill shapes: a whole 1,024-token prompt (16 query tiles) and a 300-token
+  // chunk after 424 cached tokens (bf16 only: its float64 reference, and the emulation, take
+  // about 30 s here).
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) check_prefill<T>(llama3, {0, 424}, {1024, 300});
 }
 
 }  // namespace
