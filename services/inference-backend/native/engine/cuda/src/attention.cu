@@ -918,8 +918,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32) prefill_mma_kernel(PrefillPara
 // layout of one 16-key step), and the output stays in fp32 accumulators to the end. K and V
 // tiles come through shared memory with cp.async, two tiles deep, rows padded by 16 bytes (so
 // ldmatrix's 8 rows hit distinct banks), and into fragments by ldmatrix, two n8 tiles' a load
-// (V transposed). Only the tiles that reach past a warp's first row are masked. P is rounded to the dtype before the
-// P·V product, as flash attention does; the row sums are of the fp32 probabilities.
+// (V transposed). Only the tiles that reach past a warp's first row are masked. P is rounded
+// to the dtype before the P·V product, as flash attention does; the row sums are of the fp32
+// probabilities.
 constexpr int kFaWarps = 4;
 constexpr int kFaQueries = 16 * kFaWarps;
 constexpr int kFaKeys = 64;
