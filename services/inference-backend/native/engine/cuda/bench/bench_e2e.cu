@@ -12,6 +12,8 @@
 // GEMM rate, then each decode step (all requests of a wave of up to 256 one token on) at the
 // longer of its bytes (weights, K and V) at the copy bandwidth and its FLOPs at the GEMM rate,
 // one after the other. A lower bound on any schedule that does not overlap prefill and decode.
+// Beside it, the run's own steps in two kinds: those that carried prompt tokens (mixed with
+// decodes, as the scheduler batches them) and decode-only ones, with their wall time.
 //   bench_cuda_e2e <model dir> [out.json] [--requests 256] [--prompt 1024] [--output 128]
 //                  [--hf hf_generate.json] [--utilization 0.9] [--sampling gpu|cpu]
 //                  [--copy-mib 2048] [--gemm-n 8192]   (smaller ceilings: a smoke run, e.g. emulated)
@@ -125,10 +127,21 @@ int run(int argc, char** argv) {
     engine.submit(std::move(r));
   }
   int64_t output_tokens = 0, steps = 0;
+  // Steps that carried prompt tokens (more tokens than sequences) and decode-only steps: how many
+  // and their wall time, next to the floor's two parts.
+  struct Phase {
+    int64_t steps = 0;
+    double seconds = 0.0;
+  } prefill_steps, decode_steps;
+  double last_ms = 0.0;
   while (engine.has_unfinished()) {
     const StepOutput out = engine.step();
     ++steps;
     const double at = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    Phase& phase = out.num_batched_tokens > out.num_batched_seqs ? prefill_steps : decode_steps;
+    ++phase.steps;
+    phase.seconds += (at - last_ms) / 1e3;
+    last_ms = at;
     for (const TokenEvent& e : out.tokens) {
       ++output_tokens;
       first_token_ms.try_emplace(e.request_id, at);
@@ -193,7 +206,10 @@ int run(int argc, char** argv) {
         << ",\"gemm_bf16_sustained_tflops\":" << gemm.sustained / 1e12 << ",\"floor\":{\"seconds\":" << floor_s
         << ",\"prefill_s\":" << floor_prefill_s << ",\"decode_s\":" << floor_decode_s << ",\"decode_steps\":" << floor_steps
         << ",\"fraction\":" << floor_s / seconds << ",\"speedup_at_floor\":"
-        << (hf_seconds > 0.0 && hf_tokens > 0.0 ? (double(output_tokens) / floor_s) / hf_per_s : 0.0) << "}}\n";
+        << (hf_seconds > 0.0 && hf_tokens > 0.0 ? (double(output_tokens) / floor_s) / hf_per_s : 0.0) << "}"
+        << ",\"steps_with_prompt_tokens\":{\"steps\":" << prefill_steps.steps << ",\"seconds\":" << prefill_steps.seconds
+        << "},\"decode_only_steps\":{\"steps\":" << decode_steps.steps << ",\"seconds\":" << decode_steps.seconds
+        << "}}\n";
   }
   std::printf("\n%d requests x (%d prompt + %d output tokens), bf16, sampling on the %s, on %s\n", requests, prompt,
               output, sampling == "gpu" ? "GPU" : "CPU", backend.device_name().c_str());
@@ -205,6 +221,11 @@ int run(int argc, char** argv) {
   std::printf("floor:        %.2f s at this run's ceilings (prefill %.2f s at the sustained GEMM rate, then %lld "
               "decode steps %.2f s at the copy bandwidth or GEMM rate); strata at %.0f%% of it\n",
               floor_s, floor_prefill_s, static_cast<long long>(floor_steps), floor_decode_s, 100.0 * floor_s / seconds);
+  std::printf("steps:        %lld with prompt tokens, %.2f s (%.1f ms each); %lld decode-only, %.2f s (%.1f ms each)\n",
+              static_cast<long long>(prefill_steps.steps), prefill_steps.seconds,
+              prefill_steps.steps > 0 ? 1e3 * prefill_steps.seconds / double(prefill_steps.steps) : 0.0,
+              static_cast<long long>(decode_steps.steps), decode_steps.seconds,
+              decode_steps.steps > 0 ? 1e3 * decode_steps.seconds / double(decode_steps.steps) : 0.0);
   if (hf_per_s > 0.0) {
     std::printf("transformers: %.1f s, %.0f output tok/s (generate, static batches)\n", hf_seconds, hf_per_s);
     std::printf("speedup: %.2fx (target >= 5x; %.2fx at the floor)\n", out_per_s / hf_per_s,
