@@ -652,10 +652,17 @@ __global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks<Q>) quant_tiled
   }
 }
 
-template <QuantType Q, typename T, int TM, int TN, Epilogue E, int PF = 1>
-void launch_gemv(const Params<T>& p, const RopeCacheParams<T>& rope, dim3 grid, dim3 block, size_t shared,
-                 Stream stream) {
-  quant_gemv_kernel<Q, T, TM, TN, E, PF><<<grid, block, shared, stream>>>(p, rope);
+// The decode kernel with `prefetch` chunks a warp in flight (2 is built for kStore only).
+template <QuantType Q, typename T, int TM, int TN, Epilogue E>
+void launch_gemv(const Params<T>& p, const RopeCacheParams<T>& rope, int prefetch, dim3 grid, dim3 block,
+                 size_t shared, Stream stream) {
+  if constexpr (E == Epilogue::kStore) {
+    if (prefetch == 2) {
+      quant_gemv_kernel<Q, T, TM, TN, E, 2><<<grid, block, shared, stream>>>(p, rope);
+      return;
+    }
+  }
+  quant_gemv_kernel<Q, T, TM, TN, E, 1><<<grid, block, shared, stream>>>(p, rope);
 }
 
 // The dense values (quant_dequantize): one thread per (row, block), its 32 values d·q (+ m) in
@@ -1033,23 +1040,11 @@ void launch_gemv_for(const QuantGemmArgs& a, const Params<T>& p, const RopeCache
   const size_t shared = static_cast<size_t>(c.warps * c.tm * c.tn * 4 * 32) * sizeof(float);
   const dim3 grid(unsigned(c.grid)), block(unsigned(32 * c.warps));
   if constexpr (E == Epilogue::kStore) {
-    const bool two = c.prefetch == 2;
-    if (c.tm == 1 && c.tn == 1) {
-      return two ? launch_gemv<Q, T, 1, 1, E, 2>(p, rope, grid, block, shared, stream)
-                 : launch_gemv<Q, T, 1, 1, E>(p, rope, grid, block, shared, stream);
-    }
-    if (c.tm == 1) {
-      return two ? launch_gemv<Q, T, 1, 2, E, 2>(p, rope, grid, block, shared, stream)
-                 : launch_gemv<Q, T, 1, 2, E>(p, rope, grid, block, shared, stream);
-    }
-    if (two) {
-      if (c.tn == 1) launch_gemv<Q, T, 2, 1, E, 2>(p, rope, grid, block, shared, stream);
-      else launch_gemv<Q, T, 2, 2, E, 2>(p, rope, grid, block, shared, stream);
-      return;
-    }
+    if (c.tm == 1 && c.tn == 1) return launch_gemv<Q, T, 1, 1, E>(p, rope, c.prefetch, grid, block, shared, stream);
+    if (c.tm == 1) return launch_gemv<Q, T, 1, 2, E>(p, rope, c.prefetch, grid, block, shared, stream);
   }
-  if (c.tn == 1) launch_gemv<Q, T, 2, 1, E>(p, rope, grid, block, shared, stream);
-  else launch_gemv<Q, T, 2, 2, E>(p, rope, grid, block, shared, stream);
+  if (c.tn == 1) launch_gemv<Q, T, 2, 1, E>(p, rope, c.prefetch, grid, block, shared, stream);
+  else launch_gemv<Q, T, 2, 2, E>(p, rope, c.prefetch, grid, block, shared, stream);
 }
 
 // What both paired epilogues need besides validate(): the GEMV, no accumulate.
