@@ -52,6 +52,40 @@ __device__ __forceinline__ float block_sum(float x, float* scratch) {
   return warp_sum(x);
 }
 
+// N values of T, loaded and stored as one 16-byte access when they fill 16 bytes.
+template <typename T, int N>
+struct Pack {
+  T v[N];
+  __device__ __forceinline__ void load(const T* src) {
+    if constexpr (N * sizeof(T) == 16) {
+      union {
+        uint4 raw;
+        T v[N];
+      } u;
+      u.raw = *reinterpret_cast<const uint4*>(src);
+#pragma unroll
+      for (int n = 0; n < N; ++n) v[n] = u.v[n];
+    } else {
+#pragma unroll
+      for (int n = 0; n < N; ++n) v[n] = src[n];
+    }
+  }
+  __device__ __forceinline__ void store(T* dst) const {
+    if constexpr (N * sizeof(T) == 16) {
+      union {
+        uint4 raw;
+        T v[N];
+      } u;
+#pragma unroll
+      for (int n = 0; n < N; ++n) u.v[n] = v[n];
+      *reinterpret_cast<uint4*>(dst) = u.raw;
+    } else {
+#pragma unroll
+      for (int n = 0; n < N; ++n) dst[n] = v[n];
+    }
+  }
+};
+
 // silu(gate) * up as transformers computes it: act_fn(gate) in the model's dtype, then times up
 // in it too (silu_mul, and the GEMV's gated form).
 template <typename T>

@@ -142,19 +142,12 @@ __global__ void silu_mul_kernel(const T* __restrict__ gate_up, T* __restrict__ o
   if (i >= total) return;
   const int64_t row = i / intermediate, col = i % intermediate;  // a vector never straddles rows
   const T* in = gate_up + row * 2 * intermediate;
-  if constexpr (vec) {
-    union Pack {
-      uint4 raw;
-      T v[kVec];
-    } gate, up, result;
-    gate.raw = *reinterpret_cast<const uint4*>(in + col);
-    up.raw = *reinterpret_cast<const uint4*>(in + intermediate + col);
+  Pack<T, kVec> gate, up, result;
+  gate.load(in + col);
+  up.load(in + intermediate + col);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) result.v[k] = silu_times(gate.v[k], up.v[k]);
-    *reinterpret_cast<uint4*>(out + i) = result.raw;
-  } else {
-    out[i] = silu_times(in[col], in[intermediate + col]);
-  }
+  for (int k = 0; k < kVec; ++k) result.v[k] = silu_times(gate.v[k], up.v[k]);
+  result.store(out + i);
 }
 
 // One thread block per (pair, K or V): a plain copy of block_elems elements, 16 bytes a thread.

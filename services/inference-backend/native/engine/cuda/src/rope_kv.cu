@@ -20,40 +20,6 @@ struct RopeKvParams : RopeCacheParams<T> {
   int64_t v_stride;
 };
 
-// N values of T, loaded and stored as one 16-byte access when they fill 16 bytes.
-template <typename T, int N>
-struct Pack {
-  T v[N];
-  __device__ __forceinline__ void load(const T* src) {
-    if constexpr (N * sizeof(T) == 16) {
-      union {
-        uint4 raw;
-        T v[N];
-      } u;
-      u.raw = *reinterpret_cast<const uint4*>(src);
-#pragma unroll
-      for (int n = 0; n < N; ++n) v[n] = u.v[n];
-    } else {
-#pragma unroll
-      for (int n = 0; n < N; ++n) v[n] = src[n];
-    }
-  }
-  __device__ __forceinline__ void store(T* dst) const {
-    if constexpr (N * sizeof(T) == 16) {
-      union {
-        uint4 raw;
-        T v[N];
-      } u;
-#pragma unroll
-      for (int n = 0; n < N; ++n) u.v[n] = v[n];
-      *reinterpret_cast<uint4*>(dst) = u.raw;
-    } else {
-#pragma unroll
-      for (int n = 0; n < N; ++n) dst[n] = v[n];
-    }
-  }
-};
-
 // One block per token. Its cos and sin go to shared memory, then each thread takes kVec pairs of
 // a q or k head (kVec = 16 bytes of T with `vec`, else 1) or kVec values of v: q is rotated in
 // place, k rotated into its cache slot, v copied into its slot. With `vec` every access is 16
