@@ -171,8 +171,7 @@ int run(int argc, char** argv) {
   // The floor (see the top): prefill's FLOPs at the sustained GEMM rate, then the decode steps.
   const ModelConfig& c = backend.config();
   const double hidden = c.hidden_size, heads = c.num_heads, head_dim = c.head_dim, layers = c.num_layers;
-  const double layer_params =
-      hidden * ((heads + 2.0 * c.num_kv_heads) * head_dim + heads * head_dim + 3.0 * c.intermediate_size);
+  const double layer_params = cuda::bench::layer_gemm_params(c);
   const double head_params = hidden * c.vocab_size;
   const double prefill_flops = 2.0 * requests * (double(prompt) * layer_params * layers + head_params) +
                                4.0 * requests * (double(prompt) * prompt / 2.0) * heads * head_dim * layers;

@@ -260,8 +260,7 @@ int run(int argc, char** argv) {
   }
   if (profile_prefill) return 0;
   if (prefill_ms.size() > 1) prefill_ms.erase(prefill_ms.begin());  // the first step loads kernels
-  const double layer_params = double(c.hidden_size) * (double(c.num_heads + 2 * c.num_kv_heads) * c.head_dim +
-                                                       double(c.num_heads) * c.head_dim + 3.0 * c.intermediate_size);
+  const double layer_params = cuda::bench::layer_gemm_params(c);
   const double prefill_tokens = double(prefill_seqs) * context;
   const double prefill_flops = 2.0 * prefill_tokens * layer_params * c.num_layers +
                                2.0 * prefill_seqs * 2.0 * c.hidden_size * c.vocab_size +

@@ -15,6 +15,7 @@
 
 #include "check_util.h"
 #include "strata/cuda_gemm.h"
+#include "strata/model_backend.h"
 
 namespace strata::cuda::bench {
 
@@ -120,6 +121,12 @@ inline CopyResult measure_copy(cudaStream_t stream, size_t bytes, int samples) {
   r.min_ms = *std::min_element(ms.begin(), ms.end());
   r.gbps = 2.0 * double(bytes) / (r.median_ms * 1e-3) / 1e9;
   return r;
+}
+
+// The weights of one Llama layer's GEMMs (q, k, v, o, gate, up, down): 2 FLOPs each a token.
+inline double layer_gemm_params(const ModelConfig& c) {
+  return double(c.hidden_size) * (double(c.num_heads + 2 * c.num_kv_heads) * c.head_dim +
+                                  double(c.num_heads) * c.head_dim + 3.0 * c.intermediate_size);
 }
 
 // FLOP/s of cuBLAS's bf16 n³ GEMM on random data: `peak`, the median of 10 calls each waited
