@@ -588,7 +588,9 @@ step_gguf() {
   # Q4_0 file with every GEMM on quant_gemm, for the comparison.
   gpu "$BIN/bench_cuda_forward" "$(llama3_gguf Q4_0)" "$STRATA_PLAN_BASE-Q4_0-tiled.json" --batches 1 \
     --prefill-seqs 2 --quant-dense-rows 0 || exit 1
-  note "tinystories-656k Q4_0 checked; Llama-3-8B-shaped Q4_0 and Q8_0 timed, Q4_0 also on quant_gemm alone"
+  # The Q4_0 file's load three more times, its parts apart (read, host work, the rest).
+  gpu "$BIN/bench_cuda_load" "$(llama3_gguf Q4_0)" "$STRATA_PLAN_BASE-load-Q4_0.json" --runs 3 || exit 1
+  note "tinystories-656k Q4_0 checked; Llama-3-8B-shaped Q4_0 and Q8_0 timed, Q4_0 also on quant_gemm alone, and its load"
 }
 
 step_llama3() {

@@ -69,7 +69,8 @@ def main():
                          ("hf_generate", "*-hf_generate.json"), ("e2e", "*-e2e.json"),
                          ("bench_attention", "*-bench_attention.json"), ("service", "*-service.json"),
                          ("gemv", "*-gemv.json"), ("gguf_Q4_0", "*-gguf-Q4_0.json"), ("gguf_Q8_0", "*-gguf-Q8_0.json"),
-                         ("gguf_Q4_0_tiled", "*-gguf-Q4_0-tiled.json"), ("programmatic", "*-programmatic.json"),
+                         ("gguf_Q4_0_tiled", "*-gguf-Q4_0-tiled.json"), ("gguf_load_Q4_0", "*-gguf-load-Q4_0.json"),
+                         ("programmatic", "*-programmatic.json"),
                          ("bench_gemm", "*-bench_gemm.json"), ("bench_quant", "*-bench_quant.json"),
                          ("bench_sampling", "*-bench_sampling.json")):
         path = one(a.results, pattern)

@@ -597,6 +597,9 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
     expect(log).toMatch(
       /\/bench_cuda_forward \S+llama3-[0-9a-f]{16}-Q4_0-[0-9a-f]{8}\.gguf \S+-gguf-Q4_0-tiled\.json --batches 1 --prefill-seqs 2 --quant-dense-rows 0\n/,
     );
+    expect(log).toMatch(
+      /\/bench_cuda_load \S+llama3-[0-9a-f]{16}-Q4_0-[0-9a-f]{8}\.gguf \S+-gguf-load-Q4_0\.json --runs 3\n/,
+    );
     expect(sb.step('gguf').status).toBe('ok');
   });
 
@@ -856,6 +859,8 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
       program: 'bench_cuda_quant',
       gemv_warp_sweep: [{ warps_asked: 0, prefetch_asked: 2 }],
     });
+    put('04-gguf.step.json', { step: 'gguf', status: 'ok', seconds: 70 });
+    put('04-gguf-load-Q4_0.json', { benchmark: 'cuda-load', load_s: { median: 2.5, min: 2.4, max: 2.7 } });
     const out = join(dir, 'cuda-test.json');
     const script = join(repo, 'scripts', 'device', 'record_run.py');
     const args = [
@@ -877,6 +882,7 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
     ]);
     expect(run.forward.stage_times[0].gpu_span_ms).toBe(205);
     expect(run.bench_quant.gemv_warp_sweep[0].prefetch_asked).toBe(2);
+    expect(run.gguf_load_Q4_0.load_s.median).toBe(2.5);
     // A second call appends a run; a folder without the machine step is refused.
     expect(spawnSync('python3', args, { encoding: 'utf8' }).status).toBe(0);
     expect(JSON.parse(readFileSync(out, 'utf8')).runs).toHaveLength(2);

@@ -242,23 +242,56 @@ class WeightUploader {
       record(s);
     }
   }
-  // `bytes` copied as they are (quantized blocks already in the GPU layout).
-  void copy(const void* src, int64_t bytes, void* dst) {
-    for (int64_t first = 0; first < bytes; first += int64_t(kChunk)) {
-      const int64_t n = std::min<int64_t>(int64_t(kChunk), bytes - first);
-      record(next_slot(static_cast<const char*>(src) + first, size_t(n), static_cast<char*>(dst) + first));
+  // A quantized matrix from its blocks (`parts`, as quant_repack takes them: a fused weight's,
+  // in a GGUF file's mapping) into `dst`'s GPU layout: runs of 16-row tiles are repacked by host
+  // threads straight into a staging buffer, and each region's run copied to its place, while
+  // the run before is still being copied. No copy of the blocks before, nor of the whole
+  // repacked matrix after. The repacking's time (the mapping's page faults included) counts as
+  // host work (load.host_seconds).
+  void repack(const cuda::QuantWeight& dst, std::span<const cuda::QuantRows> parts) {
+    const cuda::QuantLayout l = cuda::quant_layout(dst.type, dst.rows, dst.cols);
+    if (l.tile_bytes() > int64_t(kChunk)) {
+      throw cuda::CudaError("a quantized weight of " + std::to_string(dst.cols) +
+                            " columns has 16-row tiles larger than the " + std::to_string(kChunk >> 20) +
+                            " MiB staging buffer");
+    }
+    const int64_t per_run = int64_t(kChunk) / l.tile_bytes();
+    char* to = static_cast<char*>(const_cast<void*>(dst.data));
+    for (int64_t first = 0; first < l.tiles; first += per_run) {
+      const int64_t n = std::min(per_run, l.tiles - first);
+      const int s = take_slot();
+      char* quants = staging_[s].as<char>();
+      char* scales = quants + n * l.tile_quant_bytes;
+      char* mins = scales + n * l.tile_scale_bytes;
+      const auto started = std::chrono::steady_clock::now();
+      cuda::quant_repack_tiles(dst.type, parts, dst.cols, first, first + n, quants, scales, l.mins_at > 0 ? mins : nullptr);
+      load_.host_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      const auto region = [&](const char* from, int64_t at, int64_t tile_bytes) {
+        cuda::check(cudaMemcpyAsync(to + at + first * tile_bytes, from, size_t(n * tile_bytes), cudaMemcpyHostToDevice, stream_),
+                    "copying weights to the GPU");
+        load_.bytes += n * tile_bytes;
+      };
+      region(quants, 0, l.tile_quant_bytes);
+      region(scales, l.scales_at, l.tile_scale_bytes);
+      if (l.mins_at > 0) region(mins, l.mins_at, l.tile_scale_bytes);
+      record(s);
     }
   }
   void finish() { cuda::check(cudaStreamSynchronize(stream_), "loading weights"); }
 
  private:
   static constexpr size_t kChunk = size_t{64} << 20;
-  // Waits for the slot's last chunk, stages `n` bytes in it and copies them to `to`, or to the
-  // slot's device buffer for a conversion.
-  int next_slot(const char* src, size_t n, void* to = nullptr) {
+  // The next staging slot, once the copy from its last chunk is done.
+  int take_slot() {
     const int s = slot_;
     slot_ ^= 1;
     if (in_flight_[s]) cuda::check(cudaEventSynchronize(done_[s]), "waiting for a weight chunk");
+    return s;
+  }
+  // Stages `n` bytes in the next slot and copies them to `to`, or to the slot's device buffer
+  // for a conversion.
+  int next_slot(const char* src, size_t n, void* to = nullptr) {
+    const int s = take_slot();
     std::memcpy(staging_[s].as(), src, n);
     cuda::check(cudaMemcpyAsync(to != nullptr ? to : raw_[s].as(), staging_[s].as(), n, cudaMemcpyHostToDevice, stream_),
                 "copying weights to the GPU");
@@ -282,9 +315,9 @@ class WeightUploader {
 
 // The fp32 values of a checkpoint matrix `name`: its ModelWeights member, or its GGUF blocks
 // dequantized exactly.
-std::vector<float> dense_values(const ModelWeights& w, const std::string& name, const std::vector<float>& member) {
-  const auto it = w.quantized.find(name);
-  return it == w.quantized.end() ? member : dequantize(it->second);
+std::vector<float> dense_values(const GgufWeights& w, const std::string& name, const std::vector<float>& member) {
+  const auto it = w.blocks.find(name);
+  return it == w.blocks.end() ? member : dequantize(copy_blocks(it->second));
 }
 
 }  // namespace
@@ -453,8 +486,9 @@ struct CudaBackend::Impl {
     stream_weights(targets, checked_sources(archive, targets));
   }
 
-  // A GGUF file: its tensors through the CPU loader's reading (names, shapes and the q/k row
-  // order of llama.cpp undone, load_gguf_weights), then to the device. A fused weight (q/k/v,
+  // A GGUF file: its tensors through the CPU loader's mapping (names, shapes and the q/k row
+  // order of llama.cpp undone, map_gguf_weights): the float tensors read, the quantized ones
+  // repacked from the file's mapping on their way to the device. A fused weight (q/k/v,
   // gate/up) whose parts are all blocks of one type stays quantized, as does o_proj, down and
   // the output projection (the tied embedding's blocks too); the embedding table for the gather
   // is dense. In fp32, and for a fused weight whose parts differ, the blocks are dequantized
@@ -463,14 +497,15 @@ struct CudaBackend::Impl {
     using Clock = std::chrono::steady_clock;
     const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
     const auto read_started = Clock::now();
-    ModelWeights w = load_gguf_weights(file, config);
+    GgufWeights mapped = map_gguf_weights(file, config);  // the quantized matrices stay in the file
+    ModelWeights& w = mapped.dense;
     load.read_seconds = seconds_since(read_started);
     const bool keep_blocks = dtype != DType::kF32;
     const auto format = [&](std::initializer_list<std::string> names) -> std::optional<QuantType> {
       std::optional<QuantType> type;
       for (const std::string& name : names) {
-        const auto it = w.quantized.find(name);
-        if (!keep_blocks || it == w.quantized.end() || (type && *type != it->second.type)) return std::nullopt;
+        const auto it = mapped.blocks.find(name);
+        if (!keep_blocks || it == mapped.blocks.end() || (type && *type != it->second.type)) return std::nullopt;
         type = it->second.type;
       }
       return type;
@@ -487,7 +522,7 @@ struct CudaBackend::Impl {
     lay_out_weights(formats, format({head_name}));
     weights_format = describe_formats();
     std::vector<std::string> widened;  // types the file has that no weight keeps on the device
-    for (const auto& [name, matrix] : w.quantized) {
+    for (const auto& [name, matrix] : mapped.blocks) {
       (void)name;
       const std::string type = quant_type_name(matrix.type);
       if (weights_format.find(type) == std::string::npos && std::find(widened.begin(), widened.end(), type) == widened.end())
@@ -509,21 +544,16 @@ struct CudaBackend::Impl {
       return result;
     };
     // Quantized blocks in the GPU layout at `dst`: the row blocks of `names`, in order (a fused
-    // weight's parts), repacked from where they lie. The repacked buffer is left uninitialised:
-    // quant_repack writes every byte of it.
+    // weight's parts), repacked from the file's mapping on their way to the device; the file's
+    // pages are let go once they are.
     const auto blocks_to = [&](const cuda::QuantWeight& dst, const std::vector<std::string>& names) {
-      const int64_t bytes = cuda::quant_gpu_bytes(dst.type, dst.rows, dst.cols);
-      const std::unique_ptr<uint8_t[]> gpu = on_host([&] {
-        std::vector<cuda::QuantRows> parts;
-        for (const std::string& name : names) {
-          const QuantMatrix& m = w.quantized.at(name);
-          parts.push_back({m.data.data(), m.rows});
-        }
-        std::unique_ptr<uint8_t[]> packed(new uint8_t[size_t(bytes)]);
-        cuda::quant_repack(dst.type, parts, dst.cols, packed.get());
-        return packed;
-      });
-      up.copy(gpu.get(), bytes, const_cast<void*>(dst.data));
+      std::vector<cuda::QuantRows> parts;
+      for (const std::string& name : names) {
+        const GgufBlocks& b = mapped.blocks.at(name);
+        parts.push_back({b.data, b.rows, b.file_rows.empty() ? nullptr : b.file_rows.data()});
+      }
+      up.repack(dst, parts);
+      for (const std::string& name : names) file.release(*mapped.blocks.at(name).tensor);
     };
     // A linear weight from its parts (row blocks in order): their blocks repacked, or their
     // values one after another.
@@ -536,7 +566,7 @@ struct CudaBackend::Impl {
       }
       char* at = static_cast<char*>(dst.dense);
       for (const auto& [name, member] : parts) {
-        const std::vector<float> values = on_host([&] { return dense_values(w, name, *member); });
+        const std::vector<float> values = on_host([&] { return dense_values(mapped, name, *member); });
         up.convert(values.data(), DType::kF32, int64_t(values.size()), at);
         at += values.size() * esize;
       }
@@ -548,7 +578,7 @@ struct CudaBackend::Impl {
     // the host (2.1 GB of fp32 for Llama 3's 128k x 4096 table) and converted on the device.
     DeviceMemory embed_blocks;  // until up.finish(): the dequantizing kernel reads it
     if (lm_head.quantized() || lm_head.dense != embed) linear(lm_head, {{head_name, &w.lm_head}});
-    if (const auto it = w.quantized.find(kEmbedName); keep_blocks && it != w.quantized.end()) {
+    if (const auto it = mapped.blocks.find(kEmbedName); keep_blocks && it != mapped.blocks.end()) {
       cuda::QuantWeight table{it->second.type, int32_t(it->second.rows), int32_t(it->second.cols), nullptr};
       if (lm_head.quantized() && head_name == kEmbedName) {
         table.data = lm_head.quant.data;
@@ -560,7 +590,7 @@ struct CudaBackend::Impl {
       }
       cuda::quant_dequantize(table, dtype, embed, stream);
     } else {
-      const std::vector<float> table = on_host([&] { return dense_values(w, kEmbedName, w.embed_tokens); });
+      const std::vector<float> table = on_host([&] { return dense_values(mapped, kEmbedName, w.embed_tokens); });
       up.convert(table.data(), DType::kF32, int64_t(table.size()), embed);
     }
     floats(w.final_norm, final_norm);

@@ -34,6 +34,7 @@
 // those few primitives are replaced by C++ with the same effect (mma_primitives.cuh, and
 // below); everything else is the code nvcc compiles.
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -878,6 +879,18 @@ int64_t quant_gpu_bytes(QuantType type, int64_t rows, int64_t cols) {
   return ceil_div(rows, kQuantTileRows) * kQuantTileRows * (cols / kBlockValues) * quant_block_size(type);
 }
 
+QuantLayout quant_layout(QuantType type, int64_t rows, int64_t cols) {
+  QuantLayout l;
+  l.bytes = quant_gpu_bytes(type, rows, cols);  // validates the shape
+  const int64_t nb = cols / kBlockValues;
+  l.tiles = ceil_div(rows, kQuantTileRows);
+  l.tile_quant_bytes = int64_t{kQuantTileRows} * nb * 4 * lane_bytes(type);
+  l.tile_scale_bytes = int64_t{kQuantTileRows} * nb * 2;
+  l.scales_at = l.tiles * l.tile_quant_bytes;
+  l.mins_at = type == QuantType::Q4_1 ? l.scales_at + l.tiles * l.tile_scale_bytes : 0;
+  return l;
+}
+
 void quant_repack(QuantType type, const void* blocks, int64_t rows, int64_t cols, void* out, int threads_wanted) {
   const QuantRows whole{blocks, rows};
   quant_repack(type, std::span(&whole, 1), cols, out, threads_wanted);
@@ -885,34 +898,81 @@ void quant_repack(QuantType type, const void* blocks, int64_t rows, int64_t cols
 
 void quant_repack(QuantType type, std::span<const QuantRows> parts, int64_t cols, void* out, int threads_wanted) {
   int64_t rows = 0;
+  for (const QuantRows& part : parts) rows += part.rows;
+  const QuantLayout l = quant_layout(type, std::max<int64_t>(rows, 1), cols);
+  uint8_t* base = static_cast<uint8_t*>(out);
+  quant_repack_tiles(type, parts, cols, 0, l.tiles, base, base + l.scales_at, l.mins_at > 0 ? base + l.mins_at : nullptr,
+                     threads_wanted);
+}
+
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "the repack writes little-endian words");
+
+// The low nibbles of bytes 0, 2, 4, 6 of v (each byte's high nibble clear) as 16 bits, byte 0's
+// lowest.
+inline uint32_t even_nibbles(uint64_t v) {
+  v &= 0x000F000F000F000FULL;
+  v |= v >> 12;
+  v &= 0x000000FF000000FFULL;
+  v |= v >> 24;
+  return uint32_t(v & 0xFFFFu);
+}
+
+// A Q4 lane word from 8 bytes of a block's qs: their low (or high) nibbles are values i = 0..7 of
+// the lane, and value i goes to nibble (i % 2) * 4 + i / 2 of the word.
+inline uint32_t q4_lane_word(const uint8_t* qs8, bool high) {
+  uint64_t x;
+  std::memcpy(&x, qs8, 8);
+  const uint64_t values = (high ? x >> 4 : x) & 0x0F0F0F0F0F0F0F0FULL;
+  return even_nibbles(values) | even_nibbles(values >> 8) << 16;
+}
+
+}  // namespace
+
+void quant_repack_tiles(QuantType type, std::span<const QuantRows> parts, int64_t cols, int64_t first, int64_t last,
+                        void* quants, void* scales, void* mins, int threads_wanted) {
+  int64_t rows = 0;
   for (const QuantRows& part : parts) {
     require(part.rows > 0 && part.blocks != nullptr, "quant_repack: every part needs rows > 0 and blocks");
     rows += part.rows;
   }
-  quant_gpu_bytes(type, rows, cols);  // validates the shape
-  const int64_t nb = cols / kBlockValues, tiles = ceil_div(rows, kQuantTileRows);
+  const QuantLayout layout = quant_layout(type, rows, cols);  // validates the shape
+  require(0 <= first && first <= last && last <= layout.tiles,
+          "quant_repack: tiles [" + std::to_string(first) + ", " + std::to_string(last) + ") outside the matrix's " +
+              std::to_string(layout.tiles));
+  require(quants != nullptr && scales != nullptr && (type != QuantType::Q4_1 || mins != nullptr),
+          "quant_repack: null output region");
+  const int64_t nb = cols / kBlockValues;
   const int64_t block_bytes = quant_block_size(type);
   // Row r's blocks: in the part that holds it (parts are few: a walk per row is nothing beside
   // the row's repacking).
   const auto source_row = [&](int64_t r) {
     for (const QuantRows& part : parts) {
-      if (r < part.rows) return static_cast<const uint8_t*>(part.blocks) + r * nb * block_bytes;
+      if (r < part.rows) {
+        const int64_t at = part.row_order != nullptr ? part.row_order[r] : r;
+        return static_cast<const uint8_t*>(part.blocks) + at * nb * block_bytes;
+      }
       r -= part.rows;
     }
     return static_cast<const uint8_t*>(nullptr);  // r < rows: not reached
   };
   const int lane = lane_bytes(type);
-  uint8_t* q = static_cast<uint8_t*>(out);
-  uint8_t* d = q + tiles * kQuantTileRows * nb * 4 * lane;
-  uint8_t* mins = d + tiles * kQuantTileRows * nb * 2;
   // A tile of 16 rows writes its own bytes of each region (quants, scales, mins) and nothing
-  // else, so tiles go to threads; each zeroes its regions first (a last tile's padding rows).
+  // else, so tiles go to threads. A whole tile writes every one of its bytes; a last tile with
+  // padding rows is zeroed first.
   const auto repack_tile = [&](int64_t tile) {
-    uint8_t* tile_q = q + tile * 64 * nb * lane;
-    std::memset(tile_q, 0, size_t(64 * nb * lane));
-    std::memset(d + tile * 32 * nb, 0, size_t(32 * nb));
-    if (type == QuantType::Q4_1) std::memset(mins + tile * 32 * nb, 0, size_t(32 * nb));
-    for (int64_t r = tile * kQuantTileRows; r < std::min(rows, (tile + 1) * kQuantTileRows); ++r) {
+    uint8_t* tile_q = static_cast<uint8_t*>(quants) + (tile - first) * layout.tile_quant_bytes;
+    uint8_t* tile_d = static_cast<uint8_t*>(scales) + (tile - first) * layout.tile_scale_bytes;
+    uint8_t* tile_m = type == QuantType::Q4_1 ? static_cast<uint8_t*>(mins) + (tile - first) * layout.tile_scale_bytes
+                                              : nullptr;
+    const int64_t end_row = std::min(rows, (tile + 1) * kQuantTileRows);
+    if (end_row - tile * kQuantTileRows < kQuantTileRows) {
+      std::memset(tile_q, 0, size_t(layout.tile_quant_bytes));
+      std::memset(tile_d, 0, size_t(layout.tile_scale_bytes));
+      if (tile_m != nullptr) std::memset(tile_m, 0, size_t(layout.tile_scale_bytes));
+    }
+    for (int64_t r = tile * kQuantTileRows; r < end_row; ++r) {
       const int rr = int(r % kQuantTileRows), g = rr % 8, high = rr / 8;
       const uint8_t* row_blocks = source_row(r);
       for (int64_t b = 0; b < nb; ++b) {
@@ -920,26 +980,23 @@ void quant_repack(QuantType type, std::span<const QuantRows> parts, int64_t cols
         const int64_t c = b / kQuantChunkBlocks;
         const int bi = int(b % kQuantChunkBlocks);
         const int cb = int(std::min<int64_t>(kQuantChunkBlocks, nb - kQuantChunkBlocks * c));
-        const int64_t word = tile * 8 * nb + c * 32 + g * cb + bi;  // the (row g, row g + 8) scale pair
-        std::memcpy(d + (2 * word + high) * 2, blk, 2);
-        if (type == QuantType::Q4_1) std::memcpy(mins + (2 * word + high) * 2, blk + 2, 2);
+        const int64_t word = c * 32 + g * cb + bi;  // the (row g, row g + 8) scale pair
+        std::memcpy(tile_d + (2 * word + high) * 2, blk, 2);
+        if (tile_m != nullptr) std::memcpy(tile_m + (2 * word + high) * 2, blk + 2, 2);
         const uint8_t* qs = blk + (type == QuantType::Q4_1 ? 4 : 2);
         uint8_t* chunk = tile_q + c * 256 * lane;
-        for (int t = 0; t < 4; ++t) {
-          if (type == QuantType::Q8_0) {
+        if (type == QuantType::Q8_0) {
+          for (int t = 0; t < 4; ++t) {
             const int64_t at = cb == kQuantChunkBlocks ? ((int64_t{bi / 2} * 16 + rr) * 4 + t) * 16 + (bi % 2) * 8
                                                        : ((int64_t{rr} * 4 + t) * cb + bi) * 8;
             std::memcpy(chunk + at, qs + 8 * t, 8);
-          } else {
-            // Values 8t + i, nibble i of the lane word at position (i % 2) * 4 + i / 2.
-            uint32_t w = 0;
-            for (int i = 0; i < 8; ++i) {
-              const int e = 8 * t + i;
-              const uint32_t nib = e < 16 ? qs[e] & 0xFu : qs[e - 16] >> 4;
-              w |= nib << (4 * ((i % 2) * 4 + i / 2));
-            }
-            const int64_t at = ((int64_t{rr} * 4 + t) * cb + bi) * 4;
-            for (int byte = 0; byte < 4; ++byte) chunk[at + byte] = uint8_t(w >> (8 * byte));
+          }
+        } else {
+          // Lane t holds values 8t..8t+7: the low nibbles of qs[0..7] and qs[8..15], then their
+          // high nibbles.
+          for (int t = 0; t < 4; ++t) {
+            const uint32_t w = q4_lane_word(qs + 8 * (t % 2), t >= 2);
+            std::memcpy(chunk + ((int64_t{rr} * 4 + t) * cb + bi) * 4, &w, 4);
           }
         }
       }
@@ -947,10 +1004,11 @@ void quant_repack(QuantType type, std::span<const QuantRows> parts, int64_t cols
   };
   // By default at least 1 MB of blocks a thread (a small matrix is not worth a thread's start),
   // and at most one thread a CPU.
+  const int64_t tiles = last - first;
   const int64_t threads =
       threads_wanted > 0 ? threads_wanted : threads_for(tiles * kQuantTileRows * nb * block_bytes, int64_t{1} << 20);
-  split_work(tiles, threads, [&](int64_t first, int64_t last) {
-    for (int64_t tile = first; tile < last; ++tile) repack_tile(tile);
+  split_work(tiles, threads, [&](int64_t from, int64_t to) {
+    for (int64_t tile = first + from; tile < first + to; ++tile) repack_tile(tile);
   });
 }
 

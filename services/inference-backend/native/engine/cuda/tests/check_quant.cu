@@ -424,6 +424,46 @@ void check_refusals() {
     std::vector<uint8_t> from_parts(bytes, 0x3C);
     quant_repack(type, parts, h.cols, from_parts.data());
     report.add_exact("quant_repack parts", quant_type_name(type), "1000x4064 as 333 + 500 + 167 rows", from_parts == one);
+    // Rows taken through a row order (a GGUF file's q and k): the bytes of the rows put in that
+    // order first. Here each 40-row "head" of the matrix reversed, a part's order on its own.
+    std::vector<int64_t> order(size_t(h.rows));
+    for (int64_t r = 0; r < h.rows; ++r) order[size_t(r)] = r / 40 * 40 + 39 - r % 40;
+    std::vector<uint8_t> in_order(h.blocks.size());
+    for (int64_t r = 0; r < h.rows; ++r) {
+      std::memcpy(in_order.data() + r * row_bytes, h.blocks.data() + order[size_t(r)] * row_bytes, size_t(row_bytes));
+    }
+    std::vector<uint8_t> reference(bytes, 0x66), ordered(bytes, 0x99);
+    quant_repack(type, in_order.data(), h.rows, h.cols, reference.data());
+    const std::vector<QuantRows> ordered_parts{{h.blocks.data(), 400, order.data()},
+                                               {h.blocks.data(), 600, order.data() + 400}};
+    quant_repack(type, ordered_parts, h.cols, ordered.data());
+    report.add_exact("quant_repack row order", quant_type_name(type), "1000x4064, 40-row heads reversed, 2 parts",
+                     ordered == reference && ordered != one);
+    // Runs of tiles into three buffers of their own (how a load streams a matrix through its
+    // staging buffers), put at the layout's offsets: the whole matrix's bytes. 63 tiles in runs
+    // of 7 and of 10 (a last run of 3, its last tile partial), buffers poisoned first.
+    const QuantLayout l = quant_layout(type, h.rows, h.cols);
+    bool runs_same = l.bytes == int64_t(bytes) && l.tiles == 63 && (l.mins_at > 0) == (type == QuantType::Q4_1);
+    for (int64_t run : {7, 10}) {
+      std::vector<uint8_t> assembled(bytes, 0x77);
+      for (int64_t first = 0; first < l.tiles; first += run) {
+        const int64_t n = std::min(run, l.tiles - first);
+        std::vector<uint8_t> quants(size_t(n * l.tile_quant_bytes), 0x11), scales(size_t(n * l.tile_scale_bytes), 0x22),
+            mins(size_t(n * l.tile_scale_bytes), 0x33);
+        quant_repack_tiles(type, parts, h.cols, first, first + n, quants.data(), scales.data(),
+                           l.mins_at > 0 ? mins.data() : nullptr, int(run % 4));
+        std::memcpy(assembled.data() + first * l.tile_quant_bytes, quants.data(), quants.size());
+        std::memcpy(assembled.data() + l.scales_at + first * l.tile_scale_bytes, scales.data(), scales.size());
+        if (l.mins_at > 0) std::memcpy(assembled.data() + l.mins_at + first * l.tile_scale_bytes, mins.data(), mins.size());
+      }
+      runs_same = runs_same && assembled == one;
+    }
+    report.add_exact("quant_repack_tiles runs", quant_type_name(type), "1000x4064, runs of 7 and 10 tiles", runs_same);
+    std::vector<uint8_t> scratch(bytes);
+    report.add_exact("quant_repack_tiles refuses", quant_type_name(type), "tiles past the last, a null region",
+                     throws([&] {
+                       quant_repack_tiles(type, parts, h.cols, 60, 64, scratch.data(), scratch.data(), scratch.data());
+                     }) && throws([&] { quant_repack_tiles(type, parts, h.cols, 0, 1, scratch.data(), nullptr, scratch.data()); }));
   }
   // The workspace for every batch size up to max_m: the same as asking each m, Llama-3-8B's
   // shapes and small ones, max_m on and off a block row's end (64) and below the GEMV's range.

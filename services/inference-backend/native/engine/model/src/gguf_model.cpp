@@ -153,8 +153,9 @@ ModelConfig gguf_model_config(const GgufFile& file) {
   return c;
 }
 
-ModelWeights load_gguf_weights(const GgufFile& file, const ModelConfig& config) {
-  ModelWeights weights;
+GgufWeights map_gguf_weights(const GgufFile& file, const ModelConfig& config) {
+  GgufWeights mapped;
+  ModelWeights& weights = mapped.dense;
   std::vector<TensorSlot> slots = tensor_slots(config, &weights);
   std::unordered_set<std::string> used;
   const std::string where = file.path().string();
@@ -176,22 +177,14 @@ ModelWeights load_gguf_weights(const GgufFile& file, const ModelConfig& config) 
     // Rows of a matrix, or values of a bias, in the permuted order.
     if (permuted) source_row = unpermute_rows(shape.size() == 2 ? rows : cols, config.head_dim);
     if (shape.size() == 2 && is_quantized(t->type)) {
-      QuantMatrix m;
-      m.type = quant_type_of(t->type);
-      m.rows = rows;
-      m.cols = cols;
-      const int64_t row_bytes = m.row_bytes();
-      m.data.resize(static_cast<size_t>(rows * row_bytes));
-      if (!permuted) {
-        copy_split(m.data.data(), t->data, rows * row_bytes);
-      } else {
-        split_work(rows, threads_for(rows * row_bytes, int64_t{1} << 22), [&](int64_t first, int64_t last) {
-          for (int64_t r = first; r < last; ++r)
-            std::memcpy(m.data.data() + r * row_bytes, t->data + source_row[r] * row_bytes, static_cast<size_t>(row_bytes));
-        });
-      }
-      weights.quantized.emplace(slot.name, std::move(m));
-      file.release(*t);
+      GgufBlocks b;
+      b.type = quant_type_of(t->type);
+      b.rows = rows;
+      b.cols = cols;
+      b.data = t->data;
+      b.file_rows = std::move(source_row);
+      b.tensor = t;
+      mapped.blocks.emplace(slot.name, std::move(b));
       continue;
     }
     // fp32 (a bias or norm is one row of `cols`; a permuted bias is permuted element-wise).
@@ -214,7 +207,33 @@ ModelWeights load_gguf_weights(const GgufFile& file, const ModelConfig& config) 
                    ") is not part of the model its metadata describes (layers, biases or sizes differ?)");
     }
   }
-  return weights;
+  return mapped;
+}
+
+QuantMatrix copy_blocks(const GgufBlocks& b) {
+  QuantMatrix m;
+  m.type = b.type;
+  m.rows = b.rows;
+  m.cols = b.cols;
+  const int64_t row_bytes = m.row_bytes();
+  m.data.resize(static_cast<size_t>(b.rows * row_bytes));
+  if (b.file_rows.empty()) {
+    copy_split(m.data.data(), b.data, b.rows * row_bytes);
+  } else {
+    split_work(b.rows, threads_for(b.rows * row_bytes, int64_t{1} << 22), [&](int64_t first, int64_t last) {
+      for (int64_t r = first; r < last; ++r) std::memcpy(m.data.data() + r * row_bytes, b.row(r), static_cast<size_t>(row_bytes));
+    });
+  }
+  return m;
+}
+
+ModelWeights load_gguf_weights(const GgufFile& file, const ModelConfig& config) {
+  GgufWeights mapped = map_gguf_weights(file, config);
+  for (auto& [name, blocks] : mapped.blocks) {
+    mapped.dense.quantized.emplace(name, copy_blocks(blocks));
+    file.release(*blocks.tensor);
+  }
+  return std::move(mapped.dense);
 }
 
 }  // namespace strata

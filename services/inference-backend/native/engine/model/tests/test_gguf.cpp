@@ -159,6 +159,34 @@ TEST_CASE("gguf: q and k rows are put back in Hugging Face order, quantized or n
     for (int i = 0; i < 8; ++i) CHECK(std::memcmp(k.row(j * 8 + i), gguf_k.data() + (2 * i + j) * 20, 20) == 0);
 }
 
+TEST_CASE("gguf: map_gguf_weights leaves the blocks in the file, in the same rows load_gguf_weights copies") {
+  TempDir dir("gguf");
+  GgufFile file = GgufFile::open(write(dir, tiny_model().build()));
+  const ModelConfig c = gguf_model_config(file);
+  const ModelWeights copied = load_gguf_weights(file, c);
+  const GgufWeights mapped = map_gguf_weights(file, c);
+  CHECK(mapped.dense.quantized.empty());
+  CHECK_EQ(mapped.blocks.size(), copied.quantized.size());
+  CHECK(mapped.dense.layers[0].o_proj == copied.layers[0].o_proj);  // F16 widened either way
+  CHECK(mapped.dense.layers[0].q_proj == copied.layers[0].q_proj);  // F32, rows put back in order
+  const uint8_t* begin = file.tensors().front().data;
+  const uint8_t* end = file.tensors().back().data + file.tensors().back().nbytes;
+  for (const auto& [name, m] : copied.quantized) {
+    const GgufBlocks& b = mapped.blocks.at(name);
+    CHECK(b.type == m.type);
+    CHECK(b.rows == m.rows && b.cols == m.cols && b.row_bytes() == m.row_bytes());
+    CHECK(b.data >= begin && b.data < end);  // not a copy
+    CHECK(b.tensor != nullptr && b.tensor->data == b.data);
+    // q and k (the Q4_1 k here) carry their row order; the rest read in the file's order.
+    CHECK(b.file_rows.empty() == (name.find("k_proj") == std::string::npos));
+    bool rows_same = true;
+    for (int64_t r = 0; r < m.rows; ++r) rows_same = rows_same && std::memcmp(b.row(r), m.row(r), size_t(m.row_bytes())) == 0;
+    CHECK(rows_same);
+    const QuantMatrix again = copy_blocks(b);
+    CHECK(std::memcmp(again.data.data(), m.data.data(), size_t(m.rows * m.row_bytes())) == 0);
+  }
+}
+
 TEST_CASE("gguf: the CPU backend runs a file that mixes F32, F16, Q8_0, Q4_0 and Q4_1") {
   TempDir dir("gguf");
   CpuBackend backend(write(dir, tiny_model().build()), {1});

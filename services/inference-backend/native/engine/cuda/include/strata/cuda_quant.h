@@ -58,12 +58,32 @@ int64_t quant_gpu_bytes(QuantType type, int64_t rows, int64_t cols);
 void quant_repack(QuantType type, const void* blocks, int64_t rows, int64_t cols, void* out, int threads = 0);
 // The same for a matrix whose rows lie in several places, in order (a fused weight's parts: q,
 // k, v or gate, up): part i holds rows[i] rows of blocks. The bytes are those of its parts'
-// blocks put together first and repacked, without that copy.
+// blocks put together first and repacked, without that copy. A part with a row order takes its
+// row r from row row_order[r] of its blocks (a GGUF file's q and k rows, which llama.cpp
+// permutes), as if those rows had been put in order first.
 struct QuantRows {
   const void* blocks = nullptr;
   int64_t rows = 0;
+  const int64_t* row_order = nullptr;  // `rows` source row indices, or null: rows in order
 };
 void quant_repack(QuantType type, std::span<const QuantRows> parts, int64_t cols, void* out, int threads = 0);
+
+// Where a matrix's tiles lie in the GPU layout (quant_gpu_bytes in all): tile t's quants at
+// t * tile_quant_bytes, its scales at scales_at + t * tile_scale_bytes and, for Q4_1, its mins at
+// mins_at + t * tile_scale_bytes (mins_at is 0 for the other types, which have none).
+struct QuantLayout {
+  int64_t tiles = 0, tile_quant_bytes = 0, tile_scale_bytes = 0, scales_at = 0, mins_at = 0, bytes = 0;
+  // A tile's bytes in all its regions.
+  int64_t tile_bytes() const { return tile_quant_bytes + tile_scale_bytes * (mins_at > 0 ? 2 : 1); }
+};
+QuantLayout quant_layout(QuantType type, int64_t rows, int64_t cols);
+
+// Tiles [first, last) of the matrix alone, each region's bytes written where its pointer says
+// (`quants`, `scales`, and `mins` for Q4_1, else null, each at tile `first`'s bytes of its
+// region): the same bytes quant_repack puts at those tiles' offsets. A load streams a matrix to
+// the device this way, a run of tiles at a time through a staging buffer.
+void quant_repack_tiles(QuantType type, std::span<const QuantRows> parts, int64_t cols, int64_t first, int64_t last,
+                        void* quants, void* scales, void* mins, int threads = 0);
 
 // A matrix in the GPU layout, in device memory (16-byte aligned; cudaMalloc gives 256).
 struct QuantWeight {

@@ -14,6 +14,7 @@
 
 #include "strata/model_backend.h"
 #include "strata/model_weights.h"
+#include "strata/quant.h"
 #include "strata/safetensors.h"
 
 namespace strata {
@@ -101,5 +102,30 @@ ModelConfig gguf_model_config(const GgufFile& file);
 // attn_q and attn_k for its interleaved rope; they are put back in the Hugging Face order
 // (rotate-half), which the backends' rope expects. Blocks are copied, so the file may be closed.
 ModelWeights load_gguf_weights(const GgufFile& file, const ModelConfig& config);
+
+// A quantized matrix where it lies in the file's mapping, in the Hugging Face row order: row r
+// is the file's row file_rows[r] (empty: row r; llama.cpp permutes attn_q's and attn_k's rows).
+struct GgufBlocks {
+  QuantType type = QuantType::Q8_0;
+  int64_t rows = 0, cols = 0;
+  const uint8_t* data = nullptr;  // the tensor's rows * row_bytes() bytes, in the file's order
+  std::vector<int64_t> file_rows;
+  const GgufTensor* tensor = nullptr;  // for GgufFile::release once the blocks are copied out
+
+  int64_t row_bytes() const { return cols / kQuantBlock * quant_block_bytes(type); }
+  const uint8_t* row(int64_t r) const { return data + (file_rows.empty() ? r : file_rows[r]) * row_bytes(); }
+};
+
+// load_gguf_weights without copying the quantized matrices: `dense` holds the fp32 tensors (its
+// `quantized` is empty), `blocks` the quantized ones where they lie, valid while the file is
+// open. The CUDA backend repacks them from there straight into its upload buffers.
+struct GgufWeights {
+  ModelWeights dense;
+  std::unordered_map<std::string, GgufBlocks> blocks;
+};
+GgufWeights map_gguf_weights(const GgufFile& file, const ModelConfig& config);
+
+// The blocks copied out, in the Hugging Face row order (what load_gguf_weights keeps).
+QuantMatrix copy_blocks(const GgufBlocks& blocks);
 
 }  // namespace strata
