@@ -24,6 +24,7 @@
 #include "strata/model_source.h"
 #include "strata/model_weights.h"
 #include "strata/safetensors.h"
+#include "strata/split_work.h"
 #include "tensor_slots.h"
 
 namespace strata {
@@ -289,10 +290,11 @@ class WeightUploader {
     return s;
   }
   // Stages `n` bytes in the next slot and copies them to `to`, or to the slot's device buffer
-  // for a conversion.
+  // for a conversion. The staging copy is split among threads (4 MB or more each): out of a
+  // mapped checkpoint its page faults and copying then share the CPUs.
   int next_slot(const char* src, size_t n, void* to = nullptr) {
     const int s = take_slot();
-    std::memcpy(staging_[s].as(), src, n);
+    copy_split(staging_[s].as(), src, int64_t(n));
     cuda::check(cudaMemcpyAsync(to != nullptr ? to : raw_[s].as(), staging_[s].as(), n, cudaMemcpyHostToDevice, stream_),
                 "copying weights to the GPU");
     load_.bytes += int64_t(n);
