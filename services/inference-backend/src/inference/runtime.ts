@@ -161,7 +161,11 @@ export class InferenceRuntime {
   ): Promise<InferenceRuntime> {
     const files = await InferenceRuntime.files(config);
     const { engine: e } = config;
-    const engine = await Engine.load({
+    // The tokenizer (and its encoding worker) loads while the engine loads on its native thread.
+    // Handled at once, so a failure waits for the engine's outcome instead of going unhandled.
+    const tokenizing = Tokenizer.open(files);
+    tokenizing.catch(() => undefined);
+    const loading = Engine.load({
       modelDir: config.modelDir ?? files.path,
       backend: e.backend,
       threads: e.threads || defaultEngineThreads(undefined, config.httpWorkers),
@@ -178,8 +182,18 @@ export class InferenceRuntime {
       maxNumSeqs: e.maxNumSeqs,
       maxModelLen: e.maxModelLen,
     });
+    let engine: Engine;
+    try {
+      engine = await loading;
+    } catch (err) {
+      await tokenizing.then(
+        (t) => t.close(),
+        () => undefined,
+      );
+      throw err;
+    }
     if (observer?.forward) engine.onForward = observer.forward.bind(observer);
-    const tokenizer = await InferenceRuntime.tokenizer(files, engine);
+    const tokenizer = await InferenceRuntime.tokenizer(tokenizing, engine);
     const grammar = await loadGrammar(engine, files, tokenizer);
     return new InferenceRuntime(engine, tokenizer, files, config, observer, tracer, grammar);
   }
@@ -197,7 +211,7 @@ export class InferenceRuntime {
   ): Promise<InferenceRuntime> {
     const files = await InferenceRuntime.files(config);
     const engine = Engine.attach(shared.engineKey);
-    const tokenizer = await InferenceRuntime.tokenizer(files, engine);
+    const tokenizer = await InferenceRuntime.tokenizer(Tokenizer.open(files), engine);
     return new InferenceRuntime(
       engine,
       tokenizer,
@@ -223,9 +237,9 @@ export class InferenceRuntime {
   }
 
   /** The model's tokenizer with its encoding worker; closes `engine` when it cannot be opened. */
-  private static async tokenizer(files: ModelFiles, engine: Engine): Promise<Tokenizer> {
+  private static async tokenizer(opening: Promise<Tokenizer>, engine: Engine): Promise<Tokenizer> {
     try {
-      return await Tokenizer.open(files);
+      return await opening;
     } catch (err) {
       await engine.close();
       throw err;

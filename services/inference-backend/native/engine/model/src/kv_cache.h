@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "strata/quant.h"  // ByteBuffer
+
 namespace strata {
 
 class KvCache {
@@ -43,7 +45,7 @@ class KvCache {
     return ((int64_t{layer} * 2 + kind) * num_blocks_ + block) * block_elems_;
   }
 
-  std::vector<unsigned char> storage_;  // (num_layers, 2, num_blocks, num_kv_heads, block_size, head_dim) elements
+  ByteBuffer storage_;  // (num_layers, 2, num_blocks, num_kv_heads, block_size, head_dim) elements
   bool f16_ = false;
   int32_t num_layers_ = 0, num_blocks_ = 0, block_size_ = 0, num_kv_heads_ = 0, head_dim_ = 0;
   int64_t block_elems_ = 0;             // num_kv_heads * block_size * head_dim

@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "cpu_kernels.h"
+#include "kv_cache.h"
 #include "strata/cpu_backend.h"
 #include "strata/float_convert.h"
 #include "strata/model_config.h"
@@ -387,6 +388,43 @@ TEST_CASE("cpu backend: copy_block duplicates a block's K and V in every layer")
   };
   CHECK(decode({0, 9}) == decode({0, 1}));
   }
+}
+
+TEST_CASE("kv cache: a pool reads as zeros when allocated, and again when allocated anew") {
+  // 2 layers x 2 (K, V) x 600 blocks of 2 heads x 16 slots x 64 = 9.8 MB in fp32: zeroed by more
+  // than one thread where the machine has the CPUs (64 MB each at least: one here), then a
+  // larger pool (fp32, 7,000 blocks: 115 MB, two threads on two CPUs) over a written one.
+  const auto all_zero = [](const KvCache& cache, int32_t layers) {
+    const size_t slab = size_t(2) * 16 * 64 * size_t(cache.element_bytes());
+    for (int32_t layer = 0; layer < layers; ++layer) {
+      for (int32_t block = 0; block < cache.num_blocks(); ++block) {
+        for (const void* p : {cache.keys(layer, block), cache.values(layer, block)}) {
+          const auto* bytes = static_cast<const unsigned char*>(p);
+          if (std::any_of(bytes, bytes + slab, [](unsigned char b) { return b != 0; })) return false;
+        }
+      }
+    }
+    return true;
+  };
+  KvCache cache;
+  cache.allocate(2, 600, 16, 2, 64, false);
+  CHECK(cache.allocated() && all_zero(cache, 2));
+  std::vector<float> k(2 * 64, 1.5f), v(2 * 64, -2.0f);
+  cache.write(1, 599, 15, k.data(), v.data(), nullptr);
+  CHECK(!all_zero(cache, 2));
+  cache.allocate(2, 7000, 16, 2, 64, false);
+  CHECK(cache.num_blocks() == 7000 && all_zero(cache, 2));
+  // A small pool (64 KB in f16) comes from the heap, where freed memory is handed out again as
+  // it was left: written all over, then allocated anew, it must read as zeros still.
+  cache.allocate(1, 8, 16, 2, 64, true);
+  CHECK(cache.f16() && all_zero(cache, 1));
+  const CpuKernels& kernels = cpu_kernels();
+  for (int32_t block = 0; block < 8; ++block) {
+    for (int32_t slot = 0; slot < 16; ++slot) cache.write(0, block, slot, k.data(), v.data(), kernels.to_half);
+  }
+  CHECK(!all_zero(cache, 1));
+  cache.allocate(1, 8, 16, 2, 64, true);
+  CHECK(all_zero(cache, 1));
 }
 
 TEST_CASE("cpu backend: dummy weights are deterministic in the seed") {
