@@ -75,6 +75,8 @@ export const configSchema = baseServiceSchema.extend({
   identity: identityConfigSchema,
   /** Run representative requests before turning ready. */
   warmup: configFields.boolean(true),
+  /** While the model loads, a `model load progress` log line this often (ms); 0: none. */
+  loadProgressMs: z.coerce.number().int().min(0).default(5_000),
   /**
    * Event loops serving HTTP, all on the one port and the one engine: the main thread and
    * httpWorkers - 1 worker threads, each writing the streams of the connections the kernel gives
@@ -109,6 +111,7 @@ export const configEnv: EnvMap = {
   'limits.defaultMaxTokens': 'STRATA_DEFAULT_MAX_TOKENS',
   'limits.sseHeartbeatMs': 'STRATA_SSE_HEARTBEAT_MS',
   warmup: 'STRATA_WARMUP',
+  loadProgressMs: 'STRATA_LOAD_PROGRESS_MS',
   httpWorkers: 'STRATA_HTTP_WORKERS',
 };
 /** Environment variable naming an optional YAML config file. */

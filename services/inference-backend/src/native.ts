@@ -40,6 +40,11 @@ export interface CudaInfo {
 
 /** loadEngine() options (strata::RunnerOptions, native/engine/runner/include/strata/engine_runner.h). */
 export interface NativeLoadOptions {
+  /**
+   * Written by the load while it runs (atomically, from its thread): [0] the checkpoint's bytes
+   * read so far, [1] its bytes in all (0 until known); both equal once the weights are in.
+   */
+  progress?: BigInt64Array;
   /** 'cpu' (default) or 'cuda'; a backend this build or machine cannot run fails the load. */
   backend?: 'cpu' | 'cuda';
   /**

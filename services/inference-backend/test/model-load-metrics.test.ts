@@ -1,9 +1,12 @@
 // The model's load time, weight bytes and GB/s: in the 'model loaded' log line and as the
 // strata_backend_model_load_* gauges. A real backend with the real engine on tinystories-656k
 // (safetensors) and on its GGUF file.
-import { statSync } from 'node:fs';
+import { closeSync, openSync, readSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { Engine } from '../src/engine/engine.js';
+import { readGguf } from '../src/model/gguf.js';
+import { ggufFileOf } from '../src/model/model-files.js';
 import { modelPath, optionalModel } from './support/models.js';
 import {
   MODEL_LABELS,
@@ -67,5 +70,68 @@ describe.skipIf(!tinyGguf.path)(`model load of a GGUF file${tinyGguf.skipped}`, 
     const samples = await backend.scrape();
     expect(sample(samples, 'strata_backend_model_load_bytes', labels)).toBe(statSync(file).size);
     expect(sample(samples, 'strata_backend_model_load_gb_per_second', labels)).toBeGreaterThan(0);
+  }, 120_000);
+});
+
+/** The tensor bytes of a safetensors file: all of it but the 8-byte length and the JSON header. */
+function safetensorsTensorBytes(file: string): number {
+  const head = Buffer.alloc(8);
+  const fd = openSync(file, 'r');
+  try {
+    readSync(fd, head, 0, 8, 0);
+  } finally {
+    closeSync(fd);
+  }
+  return statSync(file).size - 8 - Number(head.readBigUInt64LE(0));
+}
+
+describe.skipIf(!tiny.path || !tinyGguf.path)(`model load progress${tiny.skipped}${tinyGguf.skipped}`, () => {
+  it('counts the checkpoint bytes in the array the load writes: all of them once loaded', async () => {
+    const weights = join(modelPath('tinystories-656k'), 'model.safetensors');
+    const ggufPath = (await ggufFileOf(modelPath('tinystories-656k-gguf'))) as string;
+    const gguf = await readGguf(ggufPath);
+    const cases: [string, number][] = [
+      [modelPath('tinystories-656k'), safetensorsTensorBytes(weights)],
+      [ggufPath, gguf.tensors.reduce((n, t) => n + t.bytes, 0)],
+    ];
+    for (const [modelDir, bytes] of cases) {
+      const progress = new BigInt64Array(2).fill(-1n);
+      const engine = await Engine.load({ modelDir, threads: 1, numBlocks: 64, maxModelLen: 256, progress });
+      try {
+        expect(bytes).toBeGreaterThan(0);
+        expect([...progress].map(Number), modelDir).toEqual([bytes, bytes]);
+      } finally {
+        await engine.close();
+      }
+    }
+    await expect(
+      Engine.load({ modelDir: modelPath('tinystories-656k'), progress: new BigInt64Array(1) }),
+    ).rejects.toMatchObject({
+      code: 'STRATA_INVALID_CONFIG',
+      message: /progress must be a BigInt64Array of 2/,
+    });
+  }, 60_000);
+
+  it("logs the load's progress every STRATA_LOAD_PROGRESS_MS while it runs, and none after", async () => {
+    // A KV pool of 8,192 blocks (128 MB, zeroed during the load) keeps the load running for many
+    // 1 ms periods on any machine.
+    backend = await startObservedBackend({ STRATA_LOAD_PROGRESS_MS: '1', STRATA_KV_CACHE_BLOCKS: '8192' });
+    await backend.start();
+    const lines = backend.logs;
+    const loaded = lines.findIndex((l) => l.msg === 'model loaded');
+    const progress = lines.filter((l) => l.msg === 'model load progress');
+    expect(progress.length).toBeGreaterThan(0);
+    expect(lines.findLastIndex((l) => l.msg === 'model load progress')).toBeLessThan(loaded);
+    const weights = safetensorsTensorBytes(join(modelPath('tinystories-656k'), 'model.safetensors'));
+    for (const line of progress) {
+      expect(line).toMatchObject({ model: modelPath('tinystories-656k') });
+      expect(line.bytes_total === 0 || line.bytes_total === weights).toBe(true);
+      expect(line.bytes_done as number).toBeLessThanOrEqual(weights);
+      expect(line.percent as number).toBeGreaterThanOrEqual(0);
+      expect(line.percent as number).toBeLessThanOrEqual(100);
+      expect(line.seconds as number).toBeGreaterThan(0);
+    }
+    // The weights are read before the pool is zeroed: the last lines say all of them.
+    expect(progress.at(-1)).toMatchObject({ bytes_done: weights, bytes_total: weights, percent: 100 });
   }, 120_000);
 });

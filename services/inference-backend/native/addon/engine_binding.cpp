@@ -61,12 +61,29 @@ RunnerOptions parse_load_options(const Napi::Object& o) {
   return opts;
 }
 
+// options.progress: a BigInt64Array of at least 2 elements the load writes its bytes done and
+// in all into (LoadProgress) while JS reads them; null when absent. Its buffer is off the V8
+// heap once its data pointer has been taken, so it stays where it is.
+Napi::BigInt64Array progress_array(Napi::Env env, const Napi::Object& o) {
+  Napi::Value v = o.Get("progress");
+  if (v.IsUndefined() || v.IsNull()) return Napi::BigInt64Array();
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_bigint64_array ||
+      v.As<Napi::BigInt64Array>().ElementLength() < 2) {
+    throw_js_error(env, "STRATA_INVALID_CONFIG", "loadEngine: options.progress must be a BigInt64Array of 2 elements");
+  }
+  return v.As<Napi::BigInt64Array>();
+}
+
 // Loads the runner off the JS thread.
 class LoadWorker : public Napi::AsyncWorker {
  public:
-  LoadWorker(Napi::Env env, RunnerOptions opts, Napi::Function on_steps)
+  LoadWorker(Napi::Env env, RunnerOptions opts, Napi::Function on_steps, Napi::BigInt64Array progress)
       : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)), opts_(std::move(opts)) {
     on_steps_.Reset(on_steps, 1);
+    if (!progress.IsEmpty()) {
+      progress_.Reset(progress, 1);  // held until the worker is gone: the load writes into it
+      opts_.progress = LoadProgress(progress.Data());
+    }
   }
   Napi::Promise Promise() { return deferred_.Promise(); }
 
@@ -92,6 +109,7 @@ class LoadWorker : public Napi::AsyncWorker {
  private:
   Napi::Promise::Deferred deferred_;
   Napi::FunctionReference on_steps_;
+  Napi::Reference<Napi::BigInt64Array> progress_;
   RunnerOptions opts_;
   std::unique_ptr<EngineRunner> runner_;
   CapturedError error_;
@@ -334,7 +352,9 @@ Napi::Value EngineBinding::Load(const Napi::CallbackInfo& info) {
   if (!info[0].IsObject() || !info[1].IsFunction()) {
     throw_js_error(env, "STRATA_INVALID_CONFIG", "loadEngine(options, onSteps): options object and function required");
   }
-  auto* worker = new LoadWorker(env, parse_load_options(info[0].As<Napi::Object>()), info[1].As<Napi::Function>());
+  const Napi::Object options = info[0].As<Napi::Object>();
+  auto* worker = new LoadWorker(env, parse_load_options(options), info[1].As<Napi::Function>(),
+                                progress_array(env, options));
   Napi::Promise promise = worker->Promise();
   worker->Queue();
   return promise;

@@ -60,14 +60,47 @@ export class ModelHost {
     if (config.warmup && !attach) readiness.set('warmup_done', false, 'waiting for the model');
   }
 
+  /**
+   * While the engine loads, a `model load progress` line every loadProgressMs: the checkpoint's
+   * bytes read so far and in all (the native load writes them into `progress`), the percentage,
+   * the rate so far and the seconds since the load began. A load that ends first logs none.
+   */
+  private reportLoadProgress(progress: BigInt64Array): NodeJS.Timeout | undefined {
+    const every = this.config.loadProgressMs;
+    if (every <= 0) return undefined;
+    const started = performance.now();
+    const timer = setInterval(() => {
+      const done = Number(Atomics.load(progress, 0));
+      const total = Number(Atomics.load(progress, 1));
+      const seconds = (performance.now() - started) / 1e3;
+      this.logger.info(
+        {
+          model: this.config.modelDir,
+          bytes_done: done,
+          bytes_total: total,
+          percent: total > 0 ? Math.min(100, Math.round((1000 * done) / total) / 10) : 0,
+          gb_per_s: seconds > 0 ? done / 1e9 / seconds : 0,
+          seconds,
+        },
+        'model load progress',
+      );
+    }, every);
+    timer.unref();
+    return timer;
+  }
+
   /** Loads and warms up; failures are logged and leave the service live but not ready. */
   async start(): Promise<void> {
     if (!this.config.modelDir) return;
     if (this.attach) return this.attachRuntime(this.attach);
+    const progress = new BigInt64Array(2);
+    const reporting = this.reportLoadProgress(progress);
     try {
       this.lifecycle = 'loading';
       const started = performance.now();
-      this.runtime = await InferenceRuntime.load(this.config, this.fanout, this.tracer);
+      this.runtime = await InferenceRuntime.load(this.config, this.fanout, this.tracer, progress).finally(
+        () => clearInterval(reporting),
+      );
       const info = this.runtime.engine.info;
       const bytes = await weightBytes(this.runtime.files);
       this.report = {

@@ -158,6 +158,7 @@ export class InferenceRuntime {
     config: Config,
     observer?: RuntimeObserver,
     tracer: Tracer = trace.getTracer('inference-backend'),
+    progress?: BigInt64Array,
   ): Promise<InferenceRuntime> {
     const files = await InferenceRuntime.files(config);
     const { engine: e } = config;
@@ -166,6 +167,7 @@ export class InferenceRuntime {
     const tokenizing = Tokenizer.open(files);
     tokenizing.catch(() => undefined);
     const loading = Engine.load({
+      progress,
       modelDir: config.modelDir ?? files.path,
       backend: e.backend,
       threads: e.threads || defaultEngineThreads(undefined, config.httpWorkers),

@@ -499,7 +499,8 @@ struct CudaBackend::Impl {
     using Clock = std::chrono::steady_clock;
     const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
     const auto read_started = Clock::now();
-    GgufWeights mapped = map_gguf_weights(file, config);  // the quantized matrices stay in the file
+    options.progress.start(gguf_tensor_bytes(file));
+    GgufWeights mapped = map_gguf_weights(file, config, options.progress);  // the quantized matrices stay in the file
     ModelWeights& w = mapped.dense;
     load.read_seconds = seconds_since(read_started);
     const bool keep_blocks = dtype != DType::kF32;
@@ -555,7 +556,10 @@ struct CudaBackend::Impl {
         parts.push_back({b.data, b.rows, b.file_rows.empty() ? nullptr : b.file_rows.data()});
       }
       up.repack(dst, parts);
-      for (const std::string& name : names) file.release(*mapped.blocks.at(name).tensor);
+      for (const std::string& name : names) {
+        options.progress.add(int64_t(mapped.blocks.at(name).tensor->nbytes));
+        file.release(*mapped.blocks.at(name).tensor);
+      }
     };
     // A linear weight from its parts (row blocks in order): their blocks repacked, or their
     // values one after another.
@@ -570,6 +574,7 @@ struct CudaBackend::Impl {
       for (const auto& [name, member] : parts) {
         const std::vector<float> values = on_host([&] { return dense_values(mapped, name, *member); });
         up.convert(values.data(), DType::kF32, int64_t(values.size()), at);
+        if (const auto it = mapped.blocks.find(name); it != mapped.blocks.end()) options.progress.add(int64_t(it->second.tensor->nbytes));
         at += values.size() * esize;
       }
     };
@@ -594,6 +599,8 @@ struct CudaBackend::Impl {
     } else {
       const std::vector<float> table = on_host([&] { return dense_values(mapped, kEmbedName, w.embed_tokens); });
       up.convert(table.data(), DType::kF32, int64_t(table.size()), embed);
+      // A float table was counted as it was read; blocks count as they are dequantized here.
+      if (const auto it = mapped.blocks.find(kEmbedName); it != mapped.blocks.end()) options.progress.add(int64_t(it->second.tensor->nbytes));
     }
     floats(w.final_norm, final_norm);
     for (int32_t i = 0; i < config.num_layers; ++i) {
@@ -780,11 +787,15 @@ struct CudaBackend::Impl {
 
   void stream_weights(const std::vector<WeightTarget>& targets, const std::vector<const TensorInfo*>& sources) {
     WeightUploader up(stream, dtype, load);
+    int64_t bytes = 0;
+    for (const TensorInfo* t : sources) bytes += int64_t(t->nbytes);
+    options.progress.start(bytes);
     for (size_t i = 0; i < sources.size(); ++i) {
       const TensorInfo& t = *sources[i];
       int64_t elems = 1;
       for (int64_t d : t.shape) elems *= d;
       up.convert(t.data, checkpoint_dtype(t), elems, targets[i].dst);
+      options.progress.add(int64_t(t.nbytes));
     }
     up.finish();
   }

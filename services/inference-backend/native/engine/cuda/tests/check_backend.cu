@@ -422,12 +422,21 @@ void check_quantized(Report& report, const std::filesystem::path& file, const st
       report.add_exact("gguf weights format", dtype, name + " (\"" + b.weights_format() + "\")",
                        b.weights_format() == expected);
   };
+  // The load's progress (LoadProgress): every tensor's bytes counted once, in both loads (fp32
+  // dequantizes every matrix; bf16 keeps blocks, repacked on their way).
+  int64_t progress_f32[2] = {-1, -1}, progress_bf16[2] = {-1, -1};
+  options.progress = LoadProgress(progress_f32);
   CudaBackend exact(file, options);
   format(exact, "f32", f32_format);
   const Run ref = greedy(exact, s);
   options.dtype = cuda::DType::kBF16;
+  options.progress = LoadProgress(progress_bf16);
   CudaBackend gpu(file, options);
   format(gpu, "bf16", bf16_format);
+  const int64_t bytes = gguf_tensor_bytes(GgufFile::open(resolve_model_source(file).path));
+  report.add_exact("gguf load progress", "f32, bf16", name + " (" + std::to_string(bytes) + " tensor bytes)",
+                   progress_f32[0] == bytes && progress_f32[1] == bytes && progress_bf16[0] == bytes &&
+                       progress_bf16[1] == bytes);
   const Run got = greedy(gpu, s);
   report.add_exact("gguf decode replays graphs", "bf16", name, gpu.graph_steps() > 0);
   const auto [agree, total] = agreeing_tokens(ref, got);
@@ -621,11 +630,16 @@ int main(int argc, char** argv) {
                                 Config{cuda::DType::kBF16, cuda::kGemvMaxRows}}) {
       const cuda::DType dtype = config.dtype;
       const std::string label = std::string(cuda::dtype_name(dtype)) + (config.gemv_rows > 0 ? " gemv" : "");
-      const CudaBackendOptions options = options_for(dtype, config.gemv_rows);
+      CudaBackendOptions options = options_for(dtype, config.gemv_rows);
+      int64_t progress[2] = {-1, -1};
+      options.progress = LoadProgress(progress);
       CudaBackend gpu(dir, options);
       std::printf("%s %s: loaded %.1f MB in %.3f s (%.2f GB/s) on %s\n", name.c_str(), label.c_str(),
                   gpu.load_stats().bytes / 1e6, gpu.load_stats().seconds, gpu.load_stats().gb_per_s(),
                   gpu.device_name().c_str());
+      // The load's progress: the checkpoint's tensor bytes, all counted once the load is done.
+      report.add_exact("load progress", label, name, progress[0] == gpu.load_stats().bytes &&
+                                                         progress[1] == gpu.load_stats().bytes && progress[1] > 0);
       const Run got = greedy(gpu, s);
       const std::string steps = std::to_string(gpu.graph_steps()) + " graph / " + std::to_string(gpu.eager_steps()) +
                                 " eager steps";

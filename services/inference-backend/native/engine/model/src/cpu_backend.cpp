@@ -513,14 +513,14 @@ CpuBackend::CpuBackend(const std::filesystem::path& model_path, CpuBackendOption
     {
       const GgufFile file = GgufFile::open(source.path);  // unmapped once the blocks are copied out
       config = gguf_model_config(file);
-      weights = load_gguf_weights(file, config);
+      weights = load_gguf_weights(file, config, options.progress);
     }
     impl_ = std::make_unique<Impl>(std::move(config), std::move(weights), options);
     return_freed_heap();
     return;
   }
   ModelConfig config = load_model_config(source.path);
-  ModelWeights weights = load_model_weights(source.path, config);
+  ModelWeights weights = load_model_weights(source.path, config, options.progress);
   impl_ = std::make_unique<Impl>(std::move(config), std::move(weights), options);
   return_freed_heap();
 }

@@ -153,7 +153,13 @@ ModelConfig gguf_model_config(const GgufFile& file) {
   return c;
 }
 
-GgufWeights map_gguf_weights(const GgufFile& file, const ModelConfig& config) {
+int64_t gguf_tensor_bytes(const GgufFile& file) {
+  int64_t bytes = 0;
+  for (const GgufTensor& t : file.tensors()) bytes += static_cast<int64_t>(t.nbytes);
+  return bytes;
+}
+
+GgufWeights map_gguf_weights(const GgufFile& file, const ModelConfig& config, const LoadProgress& progress) {
   GgufWeights mapped;
   ModelWeights& weights = mapped.dense;
   std::vector<TensorSlot> slots = tensor_slots(config, &weights);
@@ -199,6 +205,7 @@ GgufWeights map_gguf_weights(const GgufFile& file, const ModelConfig& config) {
         std::copy(original.begin() + source_row[u] * unit, original.begin() + (source_row[u] + 1) * unit, out.begin() + u * unit);
       }
     }
+    progress.add(static_cast<int64_t>(t->nbytes));
     file.release(*t);
   }
   for (const GgufTensor& t : file.tensors()) {
@@ -227,10 +234,12 @@ QuantMatrix copy_blocks(const GgufBlocks& b) {
   return m;
 }
 
-ModelWeights load_gguf_weights(const GgufFile& file, const ModelConfig& config) {
-  GgufWeights mapped = map_gguf_weights(file, config);
+ModelWeights load_gguf_weights(const GgufFile& file, const ModelConfig& config, const LoadProgress& progress) {
+  progress.start(gguf_tensor_bytes(file));
+  GgufWeights mapped = map_gguf_weights(file, config, progress);
   for (auto& [name, blocks] : mapped.blocks) {
     mapped.dense.quantized.emplace(name, copy_blocks(blocks));
+    progress.add(static_cast<int64_t>(blocks.tensor->nbytes));
     file.release(*blocks.tensor);
   }
   return std::move(mapped.dense);

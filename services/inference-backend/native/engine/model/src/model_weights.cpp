@@ -60,8 +60,12 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& config) {
   return out;
 }
 
-ModelWeights load_model_weights(const std::filesystem::path& model_dir, const ModelConfig& config) {
+ModelWeights load_model_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
+                                const LoadProgress& progress) {
   SafetensorsArchive archive = SafetensorsArchive::open_model_dir(model_dir);
+  int64_t bytes = 0;
+  for (const TensorInfo& info : archive.tensors()) bytes += static_cast<int64_t>(info.nbytes);
+  progress.start(bytes);
   ModelWeights weights;
   std::vector<TensorSlot> slots = tensor_slots(config, &weights);
 
@@ -82,6 +86,7 @@ ModelWeights load_model_weights(const std::filesystem::path& model_dir, const Mo
            " for this config");
     }
     convert_to_f32(*info, *slot.target);
+    progress.add(static_cast<int64_t>(info->nbytes));
     used.insert(source_name);
   }
   if (config.tie_word_embeddings && has_embed && has_head) used.insert(kLmHeadName);  // tied copy, not read

@@ -56,6 +56,7 @@ double seconds_since(std::chrono::steady_clock::time_point started) {
 
 std::unique_ptr<ModelBackend> load_cpu(const RunnerOptions& o, RunnerInfo& info, int64_t& affordable) {
   CpuBackendOptions backend_options{o.num_threads};
+  backend_options.progress = o.progress;
   if (o.kv_cache_dtype == "auto") backend_options.kv_dtype = CpuKvDtype::kAuto;
   else if (o.kv_cache_dtype == "float32") backend_options.kv_dtype = CpuKvDtype::kFloat32;
   else if (o.kv_cache_dtype == "float16") backend_options.kv_dtype = CpuKvDtype::kFloat16;
@@ -107,6 +108,7 @@ std::unique_ptr<ModelBackend> load_cuda(const RunnerOptions& o, RunnerInfo& info
   options.max_model_len = o.engine.max_model_len;
   options.cuda_graphs = o.cuda_graphs;
   options.sample_on_device = o.gpu_sampling;
+  options.progress = o.progress;
   auto gpu = std::make_unique<CudaBackend>(o.model_dir, options);
   info.backend_name = "cuda";
   info.kernel_isa = "cuda";

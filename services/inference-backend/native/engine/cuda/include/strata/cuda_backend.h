@@ -11,12 +11,14 @@
 #include <vector>
 
 #include "strata/cuda_kernels.h"
+#include "strata/load_progress.h"
 #include "strata/model_backend.h"
 
 namespace strata {
 
 struct CudaBackendOptions {
   cuda::DType dtype = cuda::DType::kBF16;
+  LoadProgress progress{};  // the checkpoint's bytes on their way to the device, for another thread
   int32_t device = 0;
   // Tokens and sequences one forward may carry: the activation buffers are sized for them at
   // load time, so a step never allocates (the engine's max_num_batched_tokens / max_num_seqs).

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "strata/load_progress.h"
 #include "strata/model_backend.h"
 #include "strata/model_weights.h"
 
@@ -21,6 +22,7 @@ enum class CpuKvDtype { kAuto, kFloat32, kFloat16 };
 struct CpuBackendOptions {
   int32_t num_threads = 0;  // threads computing a step, the caller's included; 0: every available CPU
   CpuKvDtype kv_dtype = CpuKvDtype::kAuto;
+  LoadProgress progress{};  // the checkpoint's bytes read so far, for another thread (load_progress.h)
 };
 
 class CpuBackend final : public ModelBackend {

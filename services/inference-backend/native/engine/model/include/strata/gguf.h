@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "strata/model_backend.h"
+#include "strata/load_progress.h"
 #include "strata/model_weights.h"
 #include "strata/quant.h"
 #include "strata/safetensors.h"
@@ -101,7 +102,8 @@ ModelConfig gguf_model_config(const GgufFile& file);
 // matrices as blocks in ModelWeights::quantized. llama.cpp's converter permutes the rows of
 // attn_q and attn_k for its interleaved rope; they are put back in the Hugging Face order
 // (rotate-half), which the backends' rope expects. Blocks are copied, so the file may be closed.
-ModelWeights load_gguf_weights(const GgufFile& file, const ModelConfig& config);
+// `progress` counts the file's tensor bytes as they are read (load_progress.h).
+ModelWeights load_gguf_weights(const GgufFile& file, const ModelConfig& config, const LoadProgress& progress = {});
 
 // A quantized matrix where it lies in the file's mapping, in the Hugging Face row order: row r
 // is the file's row file_rows[r] (empty: row r; llama.cpp permutes attn_q's and attn_k's rows).
@@ -123,7 +125,12 @@ struct GgufWeights {
   ModelWeights dense;
   std::unordered_map<std::string, GgufBlocks> blocks;
 };
-GgufWeights map_gguf_weights(const GgufFile& file, const ModelConfig& config);
+// `progress` counts the float tensors' bytes as they are read (not the blocks': the caller
+// counts those as it copies them out).
+GgufWeights map_gguf_weights(const GgufFile& file, const ModelConfig& config, const LoadProgress& progress = {});
+
+// The bytes of all the file's tensors: what a load's progress counts up to.
+int64_t gguf_tensor_bytes(const GgufFile& file);
 
 // The blocks copied out, in the Hugging Face row order (what load_gguf_weights keeps).
 QuantMatrix copy_blocks(const GgufBlocks& blocks);

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "strata/load_progress.h"
 #include "strata/model_backend.h"
 #include "strata/quant.h"
 
@@ -58,7 +59,9 @@ bool has_o_proj_bias(const ModelConfig& config);
 
 // Loads and converts (f16/bf16 -> f32) the weights of DIR's safetensors, checking every
 // tensor's presence, shape and dtype. Throws ModelError(STRATA_MODEL_WEIGHTS).
-ModelWeights load_model_weights(const std::filesystem::path& model_dir, const ModelConfig& config);
+// `progress` counts the checkpoint's tensor bytes as they are read (load_progress.h).
+ModelWeights load_model_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
+                                const LoadProgress& progress = {});
 
 // Random weights for any config, for benchmarks: matrices and biases N(0, 0.02^2), norms 1.
 // Deterministic in `seed` (own generator, per-chunk streams: independent of the thread count).

@@ -12,6 +12,7 @@
 #include <atomic>
 
 #include "strata/engine.h"
+#include "strata/load_progress.h"
 #include "strata/model_backend.h"
 #include "strata/step_queue.h"
 #include "strata/step_router.h"
@@ -34,6 +35,7 @@ struct RunnerOptions {
   double gpu_memory_utilization = 0.9;  // CUDA: share of the device's memory for weights + activations + KV
   bool cuda_graphs = true;              // CUDA: replay captured graphs for decode steps
   bool gpu_sampling = true;             // CUDA: sample on the device
+  LoadProgress progress{};              // the checkpoint's bytes loaded so far (load_progress.h)
 };
 
 // What was loaded, for logs and the service's /v1/models and metrics.
