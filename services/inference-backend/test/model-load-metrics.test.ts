@@ -43,8 +43,12 @@ describe.skipIf(!tiny.path)(`model load time and throughput${tiny.skipped}`, () 
     expect(loaded.load_bytes).toBe(weights);
     expect(loaded.engine_load_seconds).toBe(engineSeconds);
     expect(loaded.load_gb_per_s).toBeCloseTo(weights / 1e9 / engineSeconds, 9);
-    // The whole load (tokenizer and chat template included) takes at least the engine's part.
+    // The whole load (tokenizer and chat template included) takes at least the engine's part,
+    // and the grammar engine's reading of the vocabulary, which comes after it.
     expect(loaded.load_seconds).toBeGreaterThanOrEqual(engineSeconds);
+    const grammarSeconds = loaded.structured_output_load_seconds ?? 0;
+    expect(grammarSeconds).toBeGreaterThan(0);
+    expect(loaded.load_seconds).toBeGreaterThanOrEqual(engineSeconds + grammarSeconds);
     expect(loaded.device_load_gb_per_s).toBe(backend.host.loaded?.engine.info.loadGBPerSecond);
     // fp32 safetensors: the KV cache stays fp32 (auto), and the log line says so.
     expect((loaded as unknown as Record<string, string>).kv_cache_dtype).toBe('float32');

@@ -136,6 +136,11 @@ export class ModelHost {
           structured_output: this.runtime.grammar.available
             ? this.runtime.grammar.version
             : `unavailable: ${this.runtime.grammar.message}`,
+          // Its share of load_seconds: reading the vocabulary into the grammar engine, after the
+          // engine's load (the tokenizer loads beside it).
+          ...(this.runtime.grammar.available
+            ? { structured_output_load_seconds: this.runtime.grammar.loadSeconds }
+            : {}),
           // Prompts are refused by size over max_model_len times this (null: counted in tokens only).
           token_max_bytes: this.runtime.tokenizer.byteBound.maxTokenBytes,
           ...(this.runtime.tokenizer.byteBound.reason
