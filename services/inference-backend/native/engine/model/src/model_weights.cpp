@@ -89,7 +89,8 @@ ModelWeights load_model_weights(const std::filesystem::path& model_dir, const Mo
     progress.add(static_cast<int64_t>(info->nbytes));
     used.insert(source_name);
   }
-  if (config.tie_word_embeddings && has_embed && has_head) used.insert(kLmHeadName);  // tied copy, not read
+  const bool tied_copy = config.tie_word_embeddings && has_embed && has_head;  // lm_head's: not read
+  if (tied_copy) used.insert(kLmHeadName);
 
   // A decoder tensor the config does not declare (a bias, an extra layer) means the config
   // and the weights disagree; running without it would silently give wrong outputs.
@@ -97,6 +98,8 @@ ModelWeights load_model_weights(const std::filesystem::path& model_dir, const Mo
     if (used.count(info.name) == 0 && !is_ignorable(info.name)) {
       fail(describe(info) + " is not part of the model config.json describes (layers, biases or sizes differ?)");
     }
+    // What is not read (the tied copy, ignorable tensors) is done with too.
+    if (used.count(info.name) == 0 || (tied_copy && info.name == kLmHeadName)) progress.add(static_cast<int64_t>(info.nbytes));
   }
   return weights;
 }

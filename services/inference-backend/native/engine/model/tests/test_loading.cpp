@@ -194,6 +194,21 @@ TEST_CASE("loading: missing tensors and harmful extras fail, harmless extras are
   harmless.push_back({"value_head.weight", "I64", {1}, std::string(8, '\0')});
   write_model(dir.path(), harmless);
   CHECK_EQ(load(dir.path()).layers.size(), size_t{2});
+  // The load's progress counts every tensor's bytes, the ignored ones included: done == total.
+  int64_t progress[2] = {-1, -1};
+  load_model_weights(dir.path(), load_model_config(dir.path()), LoadProgress(progress));
+  CHECK(progress[1] > 0 && progress[0] == progress[1]);
+}
+
+TEST_CASE("loading: a tied checkpoint that stores both tables counts both in the load's progress") {
+  TempDir dir("tied-both");
+  std::string tied = kTinyConfig;
+  tied.replace(tied.find("\"tie_word_embeddings\": false"), 28, "\"tie_word_embeddings\": true");
+  write_model(dir.path(), tiny_tensors(), tied);
+  int64_t progress[2] = {-1, -1};
+  const ModelWeights w = load_model_weights(dir.path(), load_model_config(dir.path()), LoadProgress(progress));
+  CHECK(w.lm_head.empty());  // the copy is not read
+  CHECK(progress[1] > 0 && progress[0] == progress[1]);
 }
 
 TEST_CASE("loading: tied embeddings from either table") {

@@ -12,8 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "strata/model_backend.h"
 #include "strata/load_progress.h"
+#include "strata/model_backend.h"
 #include "strata/model_weights.h"
 #include "strata/quant.h"
 #include "strata/safetensors.h"

@@ -2,7 +2,7 @@
 // caller owns, the checkpoint's bytes handled so far and its bytes in all (0 until known),
 // written with atomic operations. A LoadProgress without slots reports nothing. The service's
 // slots are a BigInt64Array that its event loop reads every few seconds while the engine loads
-// (engine.ts), to log the load's progress.
+// (loadEngine's options.progress; ModelHost logs it).
 #pragma once
 
 #include <atomic>
