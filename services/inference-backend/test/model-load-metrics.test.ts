@@ -1,9 +1,10 @@
 // The model's load time, weight bytes and GB/s: in the 'model loaded' log line and as the
 // strata_backend_model_load_* gauges. A real backend with the real engine on tinystories-656k
 // (safetensors) and on its GGUF file.
-import { closeSync, openSync, readSync, statSync } from 'node:fs';
+import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { readSafetensorsHeader } from '../src/convert/safetensors.js';
 import { Engine } from '../src/engine/engine.js';
 import { readGguf } from '../src/model/gguf.js';
 import { ggufFileOf } from '../src/model/model-files.js';
@@ -77,16 +78,10 @@ describe.skipIf(!tinyGguf.path)(`model load of a GGUF file${tinyGguf.skipped}`, 
   }, 120_000);
 });
 
-/** The tensor bytes of a safetensors file: all of it but the 8-byte length and the JSON header. */
-function safetensorsTensorBytes(file: string): number {
-  const head = Buffer.alloc(8);
-  const fd = openSync(file, 'r');
-  try {
-    readSync(fd, head, 0, 8, 0);
-  } finally {
-    closeSync(fd);
-  }
-  return statSync(file).size - 8 - Number(head.readBigUInt64LE(0));
+/** The tensor bytes of a safetensors file, from its header (what the native load counts). */
+async function safetensorsTensorBytes(file: string): Promise<number> {
+  const { tensors } = await readSafetensorsHeader(file);
+  return tensors.reduce((n, { entry }) => n + entry.data_offsets[1] - entry.data_offsets[0], 0);
 }
 
 describe.skipIf(!tiny.path || !tinyGguf.path)(`model load progress${tiny.skipped}${tinyGguf.skipped}`, () => {
@@ -95,7 +90,7 @@ describe.skipIf(!tiny.path || !tinyGguf.path)(`model load progress${tiny.skipped
     const ggufPath = (await ggufFileOf(modelPath('tinystories-656k-gguf'))) as string;
     const gguf = await readGguf(ggufPath);
     const cases: [string, number][] = [
-      [modelPath('tinystories-656k'), safetensorsTensorBytes(weights)],
+      [modelPath('tinystories-656k'), await safetensorsTensorBytes(weights)],
       [ggufPath, gguf.tensors.reduce((n, t) => n + t.bytes, 0)],
     ];
     for (const [modelDir, bytes] of cases) {
@@ -126,7 +121,7 @@ describe.skipIf(!tiny.path || !tinyGguf.path)(`model load progress${tiny.skipped
     const progress = lines.filter((l) => l.msg === 'model load progress');
     expect(progress.length).toBeGreaterThan(0);
     expect(lines.findLastIndex((l) => l.msg === 'model load progress')).toBeLessThan(loaded);
-    const weights = safetensorsTensorBytes(join(modelPath('tinystories-656k'), 'model.safetensors'));
+    const weights = await safetensorsTensorBytes(join(modelPath('tinystories-656k'), 'model.safetensors'));
     for (const line of progress) {
       expect(line).toMatchObject({ model: modelPath('tinystories-656k') });
       expect(line.bytes_total === 0 || line.bytes_total === weights).toBe(true);

@@ -546,6 +546,11 @@ struct CudaBackend::Impl {
       load.host_seconds += seconds_since(started);
       return result;
     };
+    // A quantized tensor's blocks are handled (repacked, or dequantized): counted in the load's
+    // progress (float tensors were, as map_gguf_weights read them).
+    const auto count_blocks = [&](const std::string& name) {
+      if (const auto it = mapped.blocks.find(name); it != mapped.blocks.end()) options.progress.add(int64_t(it->second.tensor->nbytes));
+    };
     // Quantized blocks in the GPU layout at `dst`: the row blocks of `names`, in order (a fused
     // weight's parts), repacked from the file's mapping on their way to the device; the file's
     // pages are let go once they are.
@@ -557,7 +562,7 @@ struct CudaBackend::Impl {
       }
       up.repack(dst, parts);
       for (const std::string& name : names) {
-        options.progress.add(int64_t(mapped.blocks.at(name).tensor->nbytes));
+        count_blocks(name);
         file.release(*mapped.blocks.at(name).tensor);
       }
     };
@@ -574,7 +579,7 @@ struct CudaBackend::Impl {
       for (const auto& [name, member] : parts) {
         const std::vector<float> values = on_host([&] { return dense_values(mapped, name, *member); });
         up.convert(values.data(), DType::kF32, int64_t(values.size()), at);
-        if (const auto it = mapped.blocks.find(name); it != mapped.blocks.end()) options.progress.add(int64_t(it->second.tensor->nbytes));
+        count_blocks(name);
         at += values.size() * esize;
       }
     };
@@ -599,8 +604,7 @@ struct CudaBackend::Impl {
     } else {
       const std::vector<float> table = on_host([&] { return dense_values(mapped, kEmbedName, w.embed_tokens); });
       up.convert(table.data(), DType::kF32, int64_t(table.size()), embed);
-      // A float table was counted as it was read; blocks count as they are dequantized here.
-      if (const auto it = mapped.blocks.find(kEmbedName); it != mapped.blocks.end()) options.progress.add(int64_t(it->second.tensor->nbytes));
+      count_blocks(kEmbedName);
     }
     floats(w.final_norm, final_norm);
     for (int32_t i = 0; i < config.num_layers; ++i) {
