@@ -1,7 +1,8 @@
 // How fast a GGUF file's tensors come out of the file: GgufFile::open, the metadata, then
-// load_gguf_weights (quantized matrices copied out row by row, the rest widened to fp32), the
-// step both backends start from (the CUDA backend's load reports it as "reading the file's
-// tensors"). Runs it N times on a file in the page cache and prints each run, then the median;
+// load_gguf_weights (quantized matrices copied out row by row, the rest widened to fp32). The
+// backends no longer copy the blocks (they pack them from the file's mapping: bench_cpu_load
+// and bench_cuda_load time their loads); this times the reader and the copy alone. Runs it N
+// times on a file in the page cache and prints each run, then the median;
 // --out writes the runs as JSON (docs/benchmarks/gguf-load.json).
 //
 //   bench_gguf_load FILE.gguf [--runs N] [--out FILE.json]

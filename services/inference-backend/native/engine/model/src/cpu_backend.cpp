@@ -78,46 +78,85 @@ std::vector<float> concat_rows(std::initializer_list<std::vector<float>*> parts)
   return out;
 }
 
+// The quantized matrices a load packs, by Hugging Face name, where they lie: in a GGUF file's
+// mapping (`file` set: once a tensor is packed its pages are released and `progress` counts
+// its bytes) or in a ModelWeights' own QuantMatrix (`owned` set: dropped once packed). The
+// panels are packed from there, with no copy of the blocks first.
+struct QuantSources {
+  std::unordered_map<std::string, GgufBlocks> blocks;
+  const GgufFile* file = nullptr;
+  LoadProgress progress{};
+  std::unordered_map<std::string, QuantMatrix>* owned = nullptr;
+
+  // Done with the matrix `it` names.
+  void done(std::unordered_map<std::string, GgufBlocks>::iterator it) {
+    if (file != nullptr && it->second.tensor != nullptr) {
+      progress.add(static_cast<int64_t>(it->second.tensor->nbytes));
+      file->release(*it->second.tensor);
+    }
+    if (owned != nullptr) owned->erase(it->first);
+    blocks.erase(it);
+  }
+};
+
+// ModelWeights' quantized matrices, where they lie in it.
+QuantSources sources_of(ModelWeights& weights) {
+  QuantSources q;
+  q.owned = &weights.quantized;
+  for (const auto& [name, m] : weights.quantized) {
+    GgufBlocks b;
+    b.type = m.type;
+    b.rows = m.rows;
+    b.cols = m.cols;
+    b.data = m.data.data();
+    q.blocks.emplace(name, std::move(b));
+  }
+  return q;
+}
+
+QuantRowsRef rows_ref(const GgufBlocks& b) { return {b.rows, b.data, b.file_rows.empty() ? nullptr : b.file_rows.data()}; }
+
+std::vector<float> dequantize(const GgufBlocks& b) {
+  std::vector<float> out(static_cast<size_t>(b.rows * b.cols));
+  for (int64_t r = 0; r < b.rows; ++r) dequantize_row(b.type, b.row(r), b.cols, out.data() + r * b.cols);
+  return out;
+}
+
 // One weight tensor of a fused matrix: its Hugging Face name and its fp32 member (empty when
-// the tensor is in ModelWeights::quantized).
+// the tensor is quantized).
 struct Part {
   std::string name;
   std::vector<float>* f32;
 };
 
 // The fused matrix of `parts` (row blocks, in order), each of `k` columns. Quantized parts of
-// one block type stay quantized (their rows are concatenated as they are); fp32 parts are
-// packed; a mix of types (some GGUF files quantize q, k and v differently) is widened to fp32.
-Linear fuse(ModelWeights& weights, std::initializer_list<Part> parts, int64_t k) {
+// one block type stay quantized (packed into panels straight from where their rows lie, by
+// the pool's threads); fp32 parts are packed; a mix of types (some GGUF files quantize q, k
+// and v differently) is widened to fp32.
+Linear fuse(QuantSources& q, std::initializer_list<Part> parts, int64_t k, ThreadPool& pool) {
   size_t quantized = 0;
   bool same_type = true;
-  const QuantMatrix* first = nullptr;
+  const GgufBlocks* first = nullptr;
   for (const Part& part : parts) {
-    auto it = weights.quantized.find(part.name);
-    if (it == weights.quantized.end()) continue;
+    auto it = q.blocks.find(part.name);
+    if (it == q.blocks.end()) continue;
     ++quantized;
     if (first == nullptr) first = &it->second;
     same_type = same_type && it->second.type == first->type;
   }
   Linear out;
   if (quantized == parts.size() && same_type) {
-    QuantMatrix fused;
-    fused.type = first->type;
-    fused.cols = k;
-    for (const Part& part : parts) {
-      auto it = weights.quantized.find(part.name);
-      fused.rows += it->second.rows;
-      fused.data.insert(fused.data.end(), it->second.data.begin(), it->second.data.end());
-      weights.quantized.erase(it);
-    }
-    out.quant = std::make_shared<const QuantPanels>(pack_panels(fused));
+    std::vector<QuantRowsRef> refs;
+    for (const Part& part : parts) refs.push_back(rows_ref(q.blocks.at(part.name)));
+    out.quant = std::make_shared<const QuantPanels>(pack_panels(first->type, k, refs, &pool));
+    for (const Part& part : parts) q.done(q.blocks.find(part.name));
     return out;
   }
   for (const Part& part : parts) {  // fp32, widening the quantized parts
-    auto it = weights.quantized.find(part.name);
-    if (it == weights.quantized.end()) continue;
+    auto it = q.blocks.find(part.name);
+    if (it == q.blocks.end()) continue;
     *part.f32 = dequantize(it->second);
-    weights.quantized.erase(it);
+    q.done(it);
   }
   std::vector<float> rows;
   size_t total = 0;
@@ -131,7 +170,7 @@ Linear fuse(ModelWeights& weights, std::initializer_list<Part> parts, int64_t k)
   return out;
 }
 
-void check_weights(const ModelConfig& config, ModelWeights& weights) {
+void check_weights(const ModelConfig& config, ModelWeights& weights, const QuantSources& q) {
   if (weights.layers.size() != static_cast<size_t>(config.num_layers)) {
     throw ModelError(model_error_code::kWeights, "weights have " + std::to_string(weights.layers.size()) +
                                                      " layers, the config " + std::to_string(config.num_layers));
@@ -140,8 +179,8 @@ void check_weights(const ModelConfig& config, ModelWeights& weights) {
     if (slot.name == kLmHeadName && config.tie_word_embeddings) continue;  // embed_tokens serves
     size_t count = 1;
     for (int64_t dim : slot.shape) count *= static_cast<size_t>(dim);
-    auto quantized = weights.quantized.find(slot.name);
-    const size_t have = quantized != weights.quantized.end()
+    auto quantized = q.blocks.find(slot.name);
+    const size_t have = quantized != q.blocks.end()
                             ? static_cast<size_t>(quantized->second.rows * quantized->second.cols)
                             : slot.target->size();
     if (have != count) {
@@ -153,9 +192,9 @@ void check_weights(const ModelConfig& config, ModelWeights& weights) {
 
 // "float32", or the block type of the quantized matrices ("Q4_1"), naming a second type that
 // some of them have ("Q4_1 + Q8_0").
-std::string describe_weights(const ModelWeights& weights) {
+std::string describe_weights(const QuantSources& q) {
   std::vector<std::string> types;
-  for (const auto& [name, matrix] : weights.quantized) {
+  for (const auto& [name, matrix] : q.blocks) {
     const std::string type = quant_type_name(matrix.type);
     if (std::find(types.begin(), types.end(), type) == types.end()) types.push_back(type);
   }
@@ -212,32 +251,33 @@ struct CpuBackend::Impl {
   std::vector<int64_t> logit_rows;           // rows whose logits are wanted, in batch order
   StepBatch pass;                            // the step's slices cut to one pass's rows
 
-  Impl(ModelConfig cfg, ModelWeights weights, CpuBackendOptions options)
+  // The quantized matrices are `weights`' own, or where `from_file` says they lie.
+  Impl(ModelConfig cfg, ModelWeights weights, CpuBackendOptions options, QuantSources* from_file = nullptr)
       : config(std::move(cfg)), rope(config), pool(options.num_threads), kernels(cpu_kernels()), qkernels(quant_kernels()) {
-    check_weights(config, weights);
-    weights_format = describe_weights(weights);
-    kv_f16 = options.kv_dtype == CpuKvDtype::kFloat16 ||
-             (options.kv_dtype == CpuKvDtype::kAuto && !weights.quantized.empty());
+    QuantSources q = from_file != nullptr ? std::move(*from_file) : sources_of(weights);
+    check_weights(config, weights, q);
+    weights_format = describe_weights(q);
+    kv_f16 = options.kv_dtype == CpuKvDtype::kFloat16 || (options.kv_dtype == CpuKvDtype::kAuto && !q.blocks.empty());
     kv_cache_dtype = kv_f16 ? "float16" : "float32";
     q_dim = int64_t{config.num_heads} * config.head_dim;
     kv_dim = int64_t{config.num_kv_heads} * config.head_dim;
     qkv_dim = q_dim + 2 * kv_dim;
     const int64_t hidden = config.hidden_size;
-    if (auto it = weights.quantized.find(kEmbedName); it != weights.quantized.end()) {
+    if (auto it = q.blocks.find(kEmbedName); it != q.blocks.end()) {
       if (config.tie_word_embeddings) {
-        embed_panels = std::make_shared<const QuantPanels>(pack_panels(it->second));
+        embed_panels = std::make_shared<const QuantPanels>(pack_panels(it->second.type, it->second.cols, {rows_ref(it->second)}, &pool));
         lm_head.quant = embed_panels;
       } else {
-        embed_quant = std::make_unique<const QuantMatrix>(std::move(it->second));
+        embed_quant = std::make_unique<const QuantMatrix>(copy_blocks(it->second));
       }
-      weights.quantized.erase(it);
+      q.done(it);
     } else {
       embed = std::move(weights.embed_tokens);
     }
     if (config.tie_word_embeddings) {
       if (!embed_panels) lm_head.f32 = PackedWeights::pack(embed.data(), config.vocab_size, hidden);
     } else {
-      lm_head = fuse(weights, {{kLmHeadName, &weights.lm_head}}, hidden);
+      lm_head = fuse(q, {{kLmHeadName, &weights.lm_head}}, hidden, pool);
     }
     final_norm = std::move(weights.final_norm);
     for (int32_t l = 0; l < config.num_layers; ++l) {
@@ -245,23 +285,23 @@ struct CpuBackend::Impl {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       CpuLayer layer;
       layer.input_norm = std::move(w.input_norm);
-      layer.qkv = fuse(weights,
+      layer.qkv = fuse(q,
                        {{p + "self_attn.q_proj.weight", &w.q_proj},
                         {p + "self_attn.k_proj.weight", &w.k_proj},
                         {p + "self_attn.v_proj.weight", &w.v_proj}},
-                       hidden);
+                       hidden, pool);
       if (config.attention_bias) layer.qkv_bias = concat_rows({&w.q_bias, &w.k_bias, &w.v_bias});
-      layer.o_proj = fuse(weights, {{p + "self_attn.o_proj.weight", &w.o_proj}}, q_dim);
+      layer.o_proj = fuse(q, {{p + "self_attn.o_proj.weight", &w.o_proj}}, q_dim, pool);
       layer.o_bias = std::move(w.o_bias);
       layer.post_norm = std::move(w.post_attention_norm);
       layer.gate_up =
-          fuse(weights, {{p + "mlp.gate_proj.weight", &w.gate_proj}, {p + "mlp.up_proj.weight", &w.up_proj}}, hidden);
-      layer.down = fuse(weights, {{p + "mlp.down_proj.weight", &w.down_proj}}, config.intermediate_size);
+          fuse(q, {{p + "mlp.gate_proj.weight", &w.gate_proj}, {p + "mlp.up_proj.weight", &w.up_proj}}, hidden, pool);
+      layer.down = fuse(q, {{p + "mlp.down_proj.weight", &w.down_proj}}, config.intermediate_size, pool);
       layers.push_back(std::move(layer));
     }
-    if (!weights.quantized.empty()) {
+    if (!q.blocks.empty()) {
       throw ModelError(model_error_code::kWeights,
-                       "quantized tensor \"" + weights.quantized.begin()->first + "\" is not a matrix this backend multiplies");
+                       "quantized tensor \"" + q.blocks.begin()->first + "\" is not a matrix this backend multiplies");
     }
     bool quantized = lm_head.quant != nullptr;
     for (const CpuLayer& layer : layers)
@@ -508,14 +548,17 @@ struct CpuBackend::Impl {
 CpuBackend::CpuBackend(const std::filesystem::path& model_path, CpuBackendOptions options) {
   const ModelSource source = resolve_model_source(model_path);
   if (source.kind == ModelSource::Kind::kGguf) {
-    ModelConfig config;
-    ModelWeights weights;
-    {
-      const GgufFile file = GgufFile::open(source.path);  // unmapped once the blocks are copied out
-      config = gguf_model_config(file);
-      weights = load_gguf_weights(file, config, options.progress);
-    }
-    impl_ = std::make_unique<Impl>(std::move(config), std::move(weights), options);
+    // The float tensors are read out; the quantized matrices are packed into panels straight
+    // from the file's mapping, which is unmapped once they are.
+    const GgufFile file = GgufFile::open(source.path);
+    ModelConfig config = gguf_model_config(file);
+    options.progress.start(gguf_tensor_bytes(file));
+    GgufWeights mapped = map_gguf_weights(file, config, options.progress);
+    QuantSources q;
+    q.blocks = std::move(mapped.blocks);
+    q.file = &file;
+    q.progress = options.progress;
+    impl_ = std::make_unique<Impl>(std::move(config), std::move(mapped.dense), options, &q);
     return_freed_heap();
     return;
   }

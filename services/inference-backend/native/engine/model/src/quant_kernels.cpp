@@ -101,38 +101,69 @@ std::shared_ptr<uint8_t> aligned_bytes(int64_t bytes) {
   return std::shared_ptr<uint8_t>(p, [](uint8_t* q) { std::free(q); });
 }
 
+// Row `j` of the panels (panel j / 16, its row j % 16) from the row's blocks at `src`: per
+// block, the scale (and Q4_1's minimum) into the panel block's scales, then its values 4 bytes
+// at a time into the chunks (Q8_0's made unsigned by flipping each byte's top bit).
+void pack_row(const QuantPanels& out, uint8_t* base, int64_t j, const uint8_t* src) {
+  const int64_t r = j % kPanelRows, nb = out.blocks(), block_bytes = quant_block_bytes(out.type);
+  uint8_t* dst = base + j / kPanelRows * out.panel_bytes() + 2 * r;
+  const int64_t pb = out.panel_block_bytes(), scales = out.scale_bytes();
+  if (out.type == QuantType::Q8_0) {
+    for (int64_t b = 0; b < nb; ++b, src += block_bytes, dst += pb) {
+      std::memcpy(dst, src, 2);  // d
+      uint8_t* chunks = dst - 2 * r + scales + 4 * r;
+      for (int64_t c = 0; c < 8; ++c) {
+        uint32_t word;
+        std::memcpy(&word, src + 2 + 4 * c, 4);
+        word ^= 0x80808080u;
+        std::memcpy(chunks + 64 * c, &word, 4);
+      }
+    }
+    return;
+  }
+  const int64_t header = out.type == QuantType::Q4_1 ? 4 : 2;
+  for (int64_t b = 0; b < nb; ++b, src += block_bytes, dst += pb) {
+    std::memcpy(dst, src, 2);                                                           // d
+    if (out.type == QuantType::Q4_1) std::memcpy(dst + 2 * kPanelRows, src + 2, 2);  // m
+    uint8_t* chunks = dst - 2 * r + scales + 4 * r;
+    for (int64_t c = 0; c < 4; ++c) std::memcpy(chunks + 64 * c, src + header + 4 * c, 4);
+  }
+}
+
 }  // namespace
 
-QuantPanels pack_panels(const QuantMatrix& m) {
+QuantPanels pack_panels(QuantType type, int64_t cols, const std::vector<QuantRowsRef>& parts, ThreadPool* pool) {
   QuantPanels out;
-  out.type = m.type;
-  out.rows = m.rows;
-  out.cols = m.cols;
-  const int64_t bytes = out.bytes();
-  std::shared_ptr<uint8_t> dst_bytes = aligned_bytes(bytes);
-  std::memset(dst_bytes.get(), 0, static_cast<size_t>(bytes));  // padding rows: zero scales and values
-  const int64_t nb = out.blocks(), block_bytes = quant_block_bytes(m.type);
-  const int64_t header = m.type == QuantType::Q4_1 ? 4 : 2;
-  for (int64_t j = 0; j < m.rows; ++j) {
-    const int64_t r = j % kPanelRows;
-    uint8_t* panel = dst_bytes.get() + j / kPanelRows * out.panel_bytes();
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* src = m.row(j) + b * block_bytes;
-      uint8_t* dst = panel + b * out.panel_block_bytes();
-      std::memcpy(dst + 2 * r, src, 2);  // d
-      if (m.type == QuantType::Q4_1) std::memcpy(dst + 2 * (kPanelRows + r), src + 2, 2);  // m
-      uint8_t* chunks = dst + out.scale_bytes();
-      const int64_t n_chunks = m.type == QuantType::Q8_0 ? 8 : 4;
-      for (int64_t c = 0; c < n_chunks; ++c)
-        for (int64_t t = 0; t < 4; ++t) {
-          const uint8_t byte = src[header + 4 * c + t];
-          chunks[64 * c + 4 * r + t] = m.type == QuantType::Q8_0 ? static_cast<uint8_t>(byte ^ 0x80) : byte;
-        }
-    }
+  out.type = type;
+  out.cols = cols;
+  for (const QuantRowsRef& part : parts) out.rows += part.rows;
+  const int64_t row_bytes = cols / kQuantBlock * quant_block_bytes(type);
+  std::vector<const uint8_t*> rows;  // every row's blocks, in the fused order
+  rows.reserve(static_cast<size_t>(out.rows));
+  for (const QuantRowsRef& part : parts)
+    for (int64_t r = 0; r < part.rows; ++r) rows.push_back(part.data + (part.order ? part.order[r] : r) * row_bytes);
+  std::shared_ptr<uint8_t> bytes = aligned_bytes(out.bytes());
+  uint8_t* base = bytes.get();
+  if (out.rows % kPanelRows != 0) {  // the last panel's padding rows: zero scales and values
+    std::memset(base + (out.panels() - 1) * out.panel_bytes(), 0, static_cast<size_t>(out.panel_bytes()));
   }
-  out.data = std::move(dst_bytes);
+  // Runs of panels of about 256 KiB each, so a thread's writes stay in its cache.
+  const int64_t per_task = std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(out.panel_bytes(), 1));
+  const int64_t tasks = (out.panels() + per_task - 1) / per_task;
+  auto run = [&](int64_t t) {
+    const int64_t first = t * per_task * kPanelRows, last = std::min(out.rows, (t + 1) * per_task * kPanelRows);
+    for (int64_t j = first; j < last; ++j) pack_row(out, base, j, rows[static_cast<size_t>(j)]);
+  };
+  if (pool != nullptr && pool->size() > 1 && tasks > 1) {
+    pool->parallel_for(tasks, run);
+  } else {
+    for (int64_t t = 0; t < tasks; ++t) run(t);
+  }
+  out.data = std::move(bytes);
   return out;
 }
+
+QuantPanels pack_panels(const QuantMatrix& m) { return pack_panels(m.type, m.cols, {{m.rows, m.data.data(), nullptr}}); }
 
 void dequantize_panel_row(const QuantPanels& m, int64_t r, float* out) {
   const uint8_t* panel = m.panel(r / kPanelRows);

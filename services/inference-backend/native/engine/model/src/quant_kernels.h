@@ -62,7 +62,19 @@ struct QuantPanels {
   int64_t bytes() const { return panels() * panel_bytes(); }
 };
 
-// The panels of a row-major quantized matrix (rows whose cols are a multiple of 32).
+// Rows of a quantized matrix where they lie (a QuantMatrix's bytes, a GGUF file's mapping):
+// row r is the row's bytes at data + (order ? order[r] : r) * row_bytes.
+struct QuantRowsRef {
+  int64_t rows = 0;
+  const uint8_t* data = nullptr;
+  const int64_t* order = nullptr;  // (rows) or null
+};
+
+// The panels of the matrix whose rows are the parts' rows one after another (every part of
+// `type`, `cols` columns, a multiple of 32), read where they lie: no copy of the rows first.
+// Runs of panels are shared out among the pool's threads (null: the caller's thread).
+QuantPanels pack_panels(QuantType type, int64_t cols, const std::vector<QuantRowsRef>& parts, ThreadPool* pool = nullptr);
+// The panels of a row-major quantized matrix, on the caller's thread.
 QuantPanels pack_panels(const QuantMatrix& m);
 
 // out[0, cols) = row r's values, exactly as dequantize_row gives them from the file's blocks.

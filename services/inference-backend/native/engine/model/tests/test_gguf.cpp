@@ -46,7 +46,9 @@ std::string f32_values(const std::vector<float>& v) { return std::string(reinter
 
 // A valid 1-layer llama: hidden 32, ffn 64, 2 heads of 16, 1 kv head, vocab 8, with every
 // supported tensor type somewhere. attn_q is F32 with value = its row index, to see rows move.
-GgufWriter tiny_model() {
+// `all_q4_0`: q, k and v all Q4_0 instead (so they stay one quantized matrix) and an untied
+// Q4_0 output projection.
+GgufWriter tiny_model(bool all_q4_0 = false) {
   std::mt19937 rng(7);
   GgufWriter w;
   w.str("general.architecture", "llama");
@@ -73,8 +75,14 @@ GgufWriter tiny_model() {
   w.tensor({"token_embd.weight", {32, 8}, kQ8_0, random_blocks(kQ8_0, 8, 32, rng)});
   w.tensor({"output_norm.weight", {32}, kF32, f32_values(norm)});
   w.tensor({"blk.0.attn_norm.weight", {32}, kF32, f32_values(norm)});
-  w.tensor({"blk.0.attn_q.weight", {32, 32}, kF32, f32_values(q)});
-  w.tensor({"blk.0.attn_k.weight", {32, 16}, kQ4_1, random_blocks(kQ4_1, 16, 32, rng)});
+  if (all_q4_0) {
+    w.tensor({"output.weight", {32, 8}, kQ4_0, random_blocks(kQ4_0, 8, 32, rng)});
+    w.tensor({"blk.0.attn_q.weight", {32, 32}, kQ4_0, random_blocks(kQ4_0, 32, 32, rng)});
+    w.tensor({"blk.0.attn_k.weight", {32, 16}, kQ4_0, random_blocks(kQ4_0, 16, 32, rng)});
+  } else {
+    w.tensor({"blk.0.attn_q.weight", {32, 32}, kF32, f32_values(q)});
+    w.tensor({"blk.0.attn_k.weight", {32, 16}, kQ4_1, random_blocks(kQ4_1, 16, 32, rng)});
+  }
   w.tensor({"blk.0.attn_v.weight", {32, 16}, kQ4_0, random_blocks(kQ4_0, 16, 32, rng)});
   w.tensor({"blk.0.attn_output.weight", {32, 32}, kF16, f16_o});
   w.tensor({"blk.0.ffn_norm.weight", {32}, kF32, f32_values(norm)});
@@ -203,6 +211,37 @@ TEST_CASE("gguf: the CPU backend runs a file that mixes F32, F16, Q8_0, Q4_0 and
   std::vector<float> logits(8, NAN);
   backend.forward(batch, logits.data());
   for (float v : logits) CHECK(std::isfinite(v));
+}
+
+TEST_CASE("gguf: the CPU backend packs a file's blocks from its mapping as it would their copies") {
+  // The backend packs the quantized matrices into its panels straight from the file's mapping
+  // (q and k in the Hugging Face row order, q, k and v fused); from the weights copied out
+  // by load_gguf_weights it packs the same rows. Same panels, so the same logits bit for bit.
+  // The mixed file widens q, k (permuted) and v to fp32; the Q4_0 one fuses them quantized and
+  // keeps an untied embedding's blocks for the gather.
+  for (bool all_q4_0 : {false, true}) {
+    TempDir dir("gguf");
+    const std::filesystem::path path = write(dir, tiny_model(all_q4_0).build());
+    int64_t progress[2] = {-1, -1};
+    CpuBackend mapped(path, {1, CpuKvDtype::kAuto, LoadProgress(progress)});
+    CHECK(progress[1] == gguf_tensor_bytes(GgufFile::open(path)) && progress[0] == progress[1]);
+    const GgufFile file = GgufFile::open(path);
+    const ModelConfig config = gguf_model_config(file);
+    CHECK(config.tie_word_embeddings == !all_q4_0);
+    CpuBackend copied(config, load_gguf_weights(file, config), {1});
+    CHECK(mapped.weights_format() == copied.weights_format());
+    const std::vector<int32_t> tokens = {1, 4, 5, 6, 7, 3}, table = {0};
+    StepBatch batch;
+    batch.seqs.push_back({tokens.data(), 6, 0, table.data(), 1, true});
+    std::vector<std::vector<float>> logits;
+    for (CpuBackend* b : {&mapped, &copied}) {
+      b->allocate_kv(4, 16);
+      logits.emplace_back(8, NAN);
+      b->forward(batch, logits.back().data());
+    }
+    for (float v : logits[0]) CHECK(std::isfinite(v));
+    CHECK(std::memcmp(logits[0].data(), logits[1].data(), 8 * sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("gguf: broken files are clear errors") {

@@ -146,6 +146,45 @@ TEST_CASE("quant: panels hold every row's blocks; their rows dequantize as the f
   }
 }
 
+TEST_CASE("quant: panels packed from parts where they lie (row orders, threads) equal the copied matrix's") {
+  // What the CPU backend's GGUF load does: q, k and v (k's rows in another order, as
+  // llama.cpp's permutation is undone) packed into one matrix's panels from the file's mapping,
+  // runs of panels on a pool's threads. The bytes must be those of copying the rows out in
+  // that order first and packing the copy on one thread.
+  std::mt19937 rng(11);
+  ThreadPool pool(3);
+  for (QuantType type : kTypes) {
+    const int64_t k = 1024;
+    const std::vector<int64_t> sizes = {5, 611, 300};  // 916 rows: 58 panels, several runs of them
+    std::vector<QuantMatrix> parts;
+    for (int64_t rows : sizes) parts.push_back(random_matrix(type, rows, k, rng));
+    std::vector<int64_t> order(static_cast<size_t>(sizes[1]));
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+    std::shuffle(order.begin(), order.end(), rng);
+
+    QuantMatrix fused;  // the rows copied out in order
+    fused.type = type;
+    fused.cols = k;
+    fused.rows = sizes[0] + sizes[1] + sizes[2];
+    const int64_t rb = fused.row_bytes();
+    for (size_t p = 0; p < parts.size(); ++p)
+      for (int64_t r = 0; r < parts[p].rows; ++r) {
+        const uint8_t* row = parts[p].row(p == 1 ? order[static_cast<size_t>(r)] : r);
+        fused.data.insert(fused.data.end(), row, row + rb);
+      }
+    const QuantPanels expect = pack_panels(fused);
+    const std::vector<QuantRowsRef> refs = {{sizes[0], parts[0].data.data(), nullptr},
+                                            {sizes[1], parts[1].data.data(), order.data()},
+                                            {sizes[2], parts[2].data.data(), nullptr}};
+    for (ThreadPool* on : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      const QuantPanels got = pack_panels(type, k, refs, on);
+      CHECK_EQ(got.rows, fused.rows);
+      CHECK_EQ(got.bytes(), expect.bytes());
+      CHECK(std::memcmp(got.data.get(), expect.data.get(), static_cast<size_t>(expect.bytes())) == 0);
+    }
+  }
+}
+
 TEST_CASE("quant: activations quantize by ggml's rule (amax / 127, half to even, fp16 scales)") {
   for (const QuantKernels* k : all_kernels()) {
     float x[64] = {};

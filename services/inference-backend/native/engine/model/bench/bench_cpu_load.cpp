@@ -1,0 +1,156 @@
+// How long the CPU backend takes to load a model and how much memory the load holds at its
+// peak: each run constructs a CpuBackend in a child process of its own (so the peak is that
+// load's alone), from a file in the page cache, and reports
+//   seconds     the constructor, from opening the file to the repacked weights;
+//   peak MiB    the child's peak resident memory (VmHWM) less what it held before the load;
+//   held MiB    what it holds once the backend is loaded (VmRSS, the same baseline).
+// Each counts the file's pages the mapping has resident (a load drops each tensor's pages
+// once it has copied them out), so a load that copies the whole file before packing it peaks
+// near twice the file. Prints each run, then the medians; --out writes the runs as JSON.
+//
+//   bench_cpu_load MODEL [--runs N] [--threads N] [--out FILE.json]
+//   (a GGUF file or a Hugging Face folder; scripts/device/llama3_gguf.py writes a large GGUF)
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "strata/cpu_backend.h"
+#include "strata/model_error.h"
+
+using namespace strata;
+
+namespace {
+
+struct Run {
+  double seconds = 0;
+  double peak_mib = 0, held_mib = 0;
+  int threads = 0;  // the backend's, the caller's included
+};
+
+// A /proc/self/status field in KiB ("VmHWM", "VmRSS").
+long status_kib(const char* field) {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long kib = -1;
+  const size_t n = std::char_traits<char>::length(field);
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, field, n) == 0 && line[n] == ':') {
+      kib = std::atol(line + n + 1);
+      break;
+    }
+  }
+  std::fclose(f);
+  return kib;
+}
+
+// Runs one load in a child; its figures come back through a pipe.
+bool run_child(const char* model, int threads, Run* out) {
+  int fds[2];
+  if (::pipe(fds) != 0) return false;
+  const pid_t pid = ::fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    ::close(fds[0]);
+    Run r;
+    const long before = status_kib("VmRSS");
+    int code = 0;
+    try {
+      CpuBackendOptions options;
+      options.num_threads = threads;
+      const auto started = std::chrono::steady_clock::now();
+      CpuBackend backend(model, options);
+      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      r.peak_mib = (status_kib("VmHWM") - before) / 1024.0;
+      r.held_mib = (status_kib("VmRSS") - before) / 1024.0;
+      r.threads = backend.num_threads();
+    } catch (const ModelError& e) {
+      std::fprintf(stderr, "bench_cpu_load: %s\n", e.what());
+      code = 1;
+    }
+    if (code == 0 && ::write(fds[1], &r, sizeof r) != static_cast<ssize_t>(sizeof r)) code = 1;
+    ::_exit(code);
+  }
+  ::close(fds[1]);
+  const bool got = ::read(fds[0], out, sizeof *out) == static_cast<ssize_t>(sizeof *out);
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return got && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: bench_cpu_load MODEL [--runs N] [--threads N] [--out FILE.json]\n");
+    return 2;
+  }
+  int runs = 5, threads = 0;
+  std::string out_json;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--runs" && i + 1 < argc) runs = std::atoi(argv[++i]);
+    else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (a == "--out" && i + 1 < argc) out_json = argv[++i];
+    else {
+      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if (runs < 1 || threads < 0) {
+    std::fprintf(stderr, "--runs must be >= 1 and --threads >= 0\n");
+    return 2;
+  }
+  std::error_code ec;
+  const double file_mib = std::filesystem::is_regular_file(argv[1], ec) ? std::filesystem::file_size(argv[1]) / 1048576.0 : 0;
+  std::vector<Run> results;
+  for (int r = 0; r < runs; ++r) {
+    Run run;
+    if (!run_child(argv[1], threads, &run)) {
+      std::fprintf(stderr, "bench_cpu_load: run %d failed\n", r + 1);
+      return 1;
+    }
+    results.push_back(run);
+    std::printf("run %d: %.3f s, peak %.0f MiB, held %.0f MiB\n", r + 1, run.seconds, run.peak_mib, run.held_mib);
+  }
+  std::vector<double> s, peak, held;
+  for (const Run& r : results) {
+    s.push_back(r.seconds);
+    peak.push_back(r.peak_mib);
+    held.push_back(r.held_mib);
+  }
+  std::printf("%s (%.0f MiB), %d threads: median %.3f s (min %.3f, max %.3f), peak %.0f MiB, held %.0f MiB over %d runs\n",
+              argv[1], file_mib, results.front().threads, median(s), *std::min_element(s.begin(), s.end()), *std::max_element(s.begin(), s.end()),
+              median(peak), median(held), runs);
+  if (!out_json.empty()) {
+    std::ofstream out(out_json);
+    const std::string name = std::filesystem::path(argv[1]).filename().string();  // no folder: no machine's paths
+    out << "{\"benchmark\":\"cpu-load\",\"model\":\"" << name << "\",\"file_mib\":" << file_mib
+        << ",\"threads\":" << results.front().threads << ",\"runs\":[";
+    for (size_t i = 0; i < results.size(); ++i) {
+      out << (i ? "," : "") << "{\"seconds\":" << results[i].seconds << ",\"peak_mib\":" << results[i].peak_mib
+          << ",\"held_mib\":" << results[i].held_mib << "}";
+    }
+    out << "]}\n";
+    if (!out) {
+      std::fprintf(stderr, "bench_cpu_load: cannot write %s\n", out_json.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
