@@ -116,8 +116,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--runs must be >= 1 and --threads >= 0\n");
     return 2;
   }
+  // The checkpoint's size: the file, or a folder's .safetensors and .gguf files.
+  double file_mib = 0;
   std::error_code ec;
-  const double file_mib = std::filesystem::is_regular_file(argv[1], ec) ? std::filesystem::file_size(argv[1]) / 1048576.0 : 0;
+  if (std::filesystem::is_regular_file(argv[1], ec)) {
+    file_mib = std::filesystem::file_size(argv[1]) / 1048576.0;
+  } else {
+    for (const auto& entry : std::filesystem::directory_iterator(argv[1], ec)) {
+      const std::string ext = entry.path().extension().string();
+      if (entry.is_regular_file() && (ext == ".safetensors" || ext == ".gguf")) file_mib += entry.file_size() / 1048576.0;
+    }
+  }
   std::vector<Run> results;
   for (int r = 0; r < runs; ++r) {
     Run run;

@@ -78,40 +78,65 @@ std::vector<float> concat_rows(std::initializer_list<std::vector<float>*> parts)
   return out;
 }
 
-// The quantized matrices a load packs, by Hugging Face name, where they lie: in a GGUF file's
-// mapping (`file` set: once a tensor is packed its pages are released and `progress` counts
-// its bytes) or in a ModelWeights' own QuantMatrix (`owned` set: dropped once packed). The
-// panels are packed from there, with no copy of the blocks first.
-struct QuantSources {
-  std::unordered_map<std::string, GgufBlocks> blocks;
-  const GgufFile* file = nullptr;
+// The matrices a load packs, by Hugging Face name, where they lie: quantized blocks (a GGUF
+// file's mapping, or a ModelWeights' own QuantMatrix) and floating-point rows (a safetensors
+// file's mapping, or a ModelWeights' fp32 vectors). The panels are packed from there with no
+// copy first. Once a matrix is packed, a file's pages are released and `progress` counts its
+// bytes (a GGUF's float matrices were counted as map_gguf_weights read them), and a
+// ModelWeights' own copy is freed.
+struct WeightSources {
+  using BlocksMap = std::unordered_map<std::string, GgufBlocks>;
+  using DenseMap = std::unordered_map<std::string, DenseMatrixRef>;
+  BlocksMap blocks;
+  DenseMap dense;
+  const GgufFile* gguf = nullptr;  // where `blocks` lie, when in a file
   LoadProgress progress{};
-  std::unordered_map<std::string, QuantMatrix>* owned = nullptr;
+  std::unordered_map<std::string, QuantMatrix>* owned_blocks = nullptr;
+  std::unordered_map<std::string, std::vector<float>*> owned_dense;
 
-  // Done with the matrix `it` names.
-  void done(std::unordered_map<std::string, GgufBlocks>::iterator it) {
-    if (file != nullptr && it->second.tensor != nullptr) {
+  void done(BlocksMap::iterator it) {
+    if (gguf != nullptr && it->second.tensor != nullptr) {
       progress.add(static_cast<int64_t>(it->second.tensor->nbytes));
-      file->release(*it->second.tensor);
+      gguf->release(*it->second.tensor);
     }
-    if (owned != nullptr) owned->erase(it->first);
+    if (owned_blocks != nullptr) owned_blocks->erase(it->first);
     blocks.erase(it);
+  }
+  void done(DenseMap::iterator it) {
+    if (const TensorInfo* t = it->second.tensor; t != nullptr) {
+      progress.add(static_cast<int64_t>(t->nbytes));
+      t->file->release(t->data, t->nbytes);
+    }
+    if (auto o = owned_dense.find(it->first); o != owned_dense.end()) {
+      std::vector<float>().swap(*o->second);
+      owned_dense.erase(o);
+    }
+    dense.erase(it);
   }
 };
 
-// ModelWeights' quantized matrices, where they lie in it.
-QuantSources sources_of(ModelWeights& weights) {
-  QuantSources q;
-  q.owned = &weights.quantized;
+// Adds the matrices `weights` holds itself (its quantized ones, its non-empty fp32 ones of the
+// right size; a tied model's lm_head is not read) to `s`, where they lie in it.
+void add_own_matrices(WeightSources& s, ModelWeights& weights, const ModelConfig& config) {
+  s.owned_blocks = &weights.quantized;
   for (const auto& [name, m] : weights.quantized) {
     GgufBlocks b;
     b.type = m.type;
     b.rows = m.rows;
     b.cols = m.cols;
     b.data = m.data.data();
-    q.blocks.emplace(name, std::move(b));
+    s.blocks.emplace(name, std::move(b));
   }
-  return q;
+  for (const TensorSlot& slot : tensor_slots(config, &weights)) {
+    if (slot.shape.size() != 2 || slot.target->empty() || (slot.name == kLmHeadName && config.tie_word_embeddings)) continue;
+    if (slot.target->size() != static_cast<size_t>(slot.shape[0] * slot.shape[1])) continue;  // check_weights says
+    DenseMatrixRef m;
+    m.rows = slot.shape[0];
+    m.cols = slot.shape[1];
+    m.data = reinterpret_cast<const uint8_t*>(slot.target->data());
+    s.dense.emplace(slot.name, m);
+    s.owned_dense.emplace(slot.name, slot.target);
+  }
 }
 
 QuantRowsRef rows_ref(const GgufBlocks& b) { return {b.rows, b.data, b.file_rows.empty() ? nullptr : b.file_rows.data()}; }
@@ -122,67 +147,68 @@ std::vector<float> dequantize(const GgufBlocks& b) {
   return out;
 }
 
-// One weight tensor of a fused matrix: its Hugging Face name and its fp32 member (empty when
-// the tensor is quantized).
-struct Part {
-  std::string name;
-  std::vector<float>* f32;
-};
-
-// The fused matrix of `parts` (row blocks, in order), each of `k` columns. Quantized parts of
-// one block type stay quantized (packed into panels straight from where their rows lie, by
-// the pool's threads); fp32 parts are packed; a mix of types (some GGUF files quantize q, k
-// and v differently) is widened to fp32.
-Linear fuse(QuantSources& q, std::initializer_list<Part> parts, int64_t k, ThreadPool& pool) {
+// The fused matrix of the tensors `names` (row blocks, in order), each of `k` columns, packed
+// into panels straight from where their rows lie, by the pool's threads. Quantized parts of one
+// block type stay quantized; floating-point parts are widened to fp32 as they are packed; a mix
+// of types (some GGUF files quantize q, k and v differently) is widened to fp32.
+Linear fuse(WeightSources& s, std::initializer_list<std::string> names, int64_t k, ThreadPool& pool) {
   size_t quantized = 0;
   bool same_type = true;
   const GgufBlocks* first = nullptr;
-  for (const Part& part : parts) {
-    auto it = q.blocks.find(part.name);
-    if (it == q.blocks.end()) continue;
+  for (const std::string& name : names) {
+    auto it = s.blocks.find(name);
+    if (it == s.blocks.end()) continue;
     ++quantized;
     if (first == nullptr) first = &it->second;
     same_type = same_type && it->second.type == first->type;
   }
   Linear out;
-  if (quantized == parts.size() && same_type) {
+  if (quantized == names.size() && same_type) {
     std::vector<QuantRowsRef> refs;
-    for (const Part& part : parts) refs.push_back(rows_ref(q.blocks.at(part.name)));
+    for (const std::string& name : names) refs.push_back(rows_ref(s.blocks.at(name)));
     out.quant = std::make_shared<const QuantPanels>(pack_panels(first->type, k, refs, &pool));
-    for (const Part& part : parts) q.done(q.blocks.find(part.name));
+    for (const std::string& name : names) s.done(s.blocks.find(name));
     return out;
   }
-  for (const Part& part : parts) {  // fp32, widening the quantized parts
-    auto it = q.blocks.find(part.name);
-    if (it == q.blocks.end()) continue;
-    *part.f32 = dequantize(it->second);
-    q.done(it);
+  std::vector<std::vector<float>> widened;  // quantized parts of a mixed matrix, dequantized
+  widened.reserve(names.size());
+  std::vector<DenseMatrixRef> refs;
+  for (const std::string& name : names) {
+    if (auto it = s.blocks.find(name); it != s.blocks.end()) {
+      DenseMatrixRef m;
+      m.rows = it->second.rows;
+      m.cols = it->second.cols;
+      widened.push_back(dequantize(it->second));
+      m.data = reinterpret_cast<const uint8_t*>(widened.back().data());
+      refs.push_back(m);
+      s.done(it);
+    } else if (auto d = s.dense.find(name); d != s.dense.end()) {
+      refs.push_back(d->second);
+    } else {
+      throw ModelError(model_error_code::kWeights, "weight \"" + name + "\" is missing");
+    }
   }
-  std::vector<float> rows;
-  size_t total = 0;
-  for (const Part& part : parts) total += part.f32->size();
-  rows.reserve(total);
-  for (const Part& part : parts) {
-    rows.insert(rows.end(), part.f32->begin(), part.f32->end());
-    std::vector<float>().swap(*part.f32);
-  }
-  out.f32 = PackedWeights::pack(rows.data(), static_cast<int64_t>(rows.size()) / k, k);
+  out.f32 = PackedWeights::pack(refs, k, &pool);
+  for (const std::string& name : names)
+    if (auto d = s.dense.find(name); d != s.dense.end()) s.done(d);
   return out;
 }
 
-void check_weights(const ModelConfig& config, ModelWeights& weights, const QuantSources& q) {
+void check_layers(const ModelConfig& config, const ModelWeights& weights) {
   if (weights.layers.size() != static_cast<size_t>(config.num_layers)) {
     throw ModelError(model_error_code::kWeights, "weights have " + std::to_string(weights.layers.size()) +
                                                      " layers, the config " + std::to_string(config.num_layers));
   }
+}
+
+void check_weights(const ModelConfig& config, ModelWeights& weights, const WeightSources& s) {
   for (const TensorSlot& slot : tensor_slots(config, &weights)) {
     if (slot.name == kLmHeadName && config.tie_word_embeddings) continue;  // embed_tokens serves
     size_t count = 1;
     for (int64_t dim : slot.shape) count *= static_cast<size_t>(dim);
-    auto quantized = q.blocks.find(slot.name);
-    const size_t have = quantized != q.blocks.end()
-                            ? static_cast<size_t>(quantized->second.rows * quantized->second.cols)
-                            : slot.target->size();
+    size_t have = slot.target->size();
+    if (auto q = s.blocks.find(slot.name); q != s.blocks.end()) have = static_cast<size_t>(q->second.rows * q->second.cols);
+    if (auto d = s.dense.find(slot.name); d != s.dense.end()) have = static_cast<size_t>(d->second.rows * d->second.cols);
     if (have != count) {
       throw ModelError(model_error_code::kWeights, "weight \"" + slot.name + "\" has " + std::to_string(have) +
                                                        " values, the config needs " + std::to_string(count));
@@ -192,9 +218,9 @@ void check_weights(const ModelConfig& config, ModelWeights& weights, const Quant
 
 // "float32", or the block type of the quantized matrices ("Q4_1"), naming a second type that
 // some of them have ("Q4_1 + Q8_0").
-std::string describe_weights(const QuantSources& q) {
+std::string describe_weights(const WeightSources& s) {
   std::vector<std::string> types;
-  for (const auto& [name, matrix] : q.blocks) {
+  for (const auto& [name, matrix] : s.blocks) {
     const std::string type = quant_type_name(matrix.type);
     if (std::find(types.begin(), types.end(), type) == types.end()) types.push_back(type);
   }
@@ -217,9 +243,10 @@ struct CpuBackend::Impl {
   ModelConfig config;
   std::string weights_format;      // describe_weights()
   std::string kernel_isa;          // kernel_isa()
-  std::vector<float> embed;        // (vocab, hidden) row-major, for the token gather; or empty and
+  std::vector<float> embed;        // (vocab, hidden) row-major, for an untied table's gather; or empty and
   std::unique_ptr<const QuantMatrix> embed_quant;  // the table kept quantized (rows dequantized on gather)
   std::shared_ptr<const QuantPanels> embed_panels;  // or, tied, the lm_head's panels serve the gather
+                                                    // (as lm_head.f32's do for a tied fp32 table)
   Linear lm_head;                  // (vocab, hidden): lm_head.weight, or the embedding when tied
   std::vector<float> final_norm;   // (hidden)
   std::vector<CpuLayer> layers;
@@ -251,57 +278,63 @@ struct CpuBackend::Impl {
   std::vector<int64_t> logit_rows;           // rows whose logits are wanted, in batch order
   StepBatch pass;                            // the step's slices cut to one pass's rows
 
-  // The quantized matrices are `weights`' own, or where `from_file` says they lie.
-  Impl(ModelConfig cfg, ModelWeights weights, CpuBackendOptions options, QuantSources* from_file = nullptr)
+  // The matrices are `weights`' own, and those `from_file` says lie in a file.
+  Impl(ModelConfig cfg, ModelWeights weights, CpuBackendOptions options, WeightSources* from_file = nullptr)
       : config(std::move(cfg)), rope(config), pool(options.num_threads), kernels(cpu_kernels()), qkernels(quant_kernels()) {
-    QuantSources q = from_file != nullptr ? std::move(*from_file) : sources_of(weights);
-    check_weights(config, weights, q);
-    weights_format = describe_weights(q);
-    kv_f16 = options.kv_dtype == CpuKvDtype::kFloat16 || (options.kv_dtype == CpuKvDtype::kAuto && !q.blocks.empty());
+    check_layers(config, weights);
+    WeightSources s = from_file != nullptr ? std::move(*from_file) : WeightSources{};
+    add_own_matrices(s, weights, config);
+    check_weights(config, weights, s);
+    weights_format = describe_weights(s);
+    kv_f16 = options.kv_dtype == CpuKvDtype::kFloat16 || (options.kv_dtype == CpuKvDtype::kAuto && !s.blocks.empty());
     kv_cache_dtype = kv_f16 ? "float16" : "float32";
     q_dim = int64_t{config.num_heads} * config.head_dim;
     kv_dim = int64_t{config.num_kv_heads} * config.head_dim;
     qkv_dim = q_dim + 2 * kv_dim;
     const int64_t hidden = config.hidden_size;
-    if (auto it = q.blocks.find(kEmbedName); it != q.blocks.end()) {
+    if (auto it = s.blocks.find(kEmbedName); it != s.blocks.end()) {
       if (config.tie_word_embeddings) {
         embed_panels = std::make_shared<const QuantPanels>(pack_panels(it->second.type, it->second.cols, {rows_ref(it->second)}, &pool));
         lm_head.quant = embed_panels;
       } else {
         embed_quant = std::make_unique<const QuantMatrix>(copy_blocks(it->second));
       }
-      q.done(it);
-    } else {
-      embed = std::move(weights.embed_tokens);
+      s.done(it);
+    } else if (auto d = s.dense.find(kEmbedName); d != s.dense.end()) {
+      const DenseMatrixRef& m = d->second;
+      if (config.tie_word_embeddings) {
+        lm_head.f32 = PackedWeights::pack({m}, hidden, &pool);  // the token gather reads its rows too
+      } else if (auto own = s.owned_dense.find(kEmbedName); own != s.owned_dense.end()) {
+        embed = std::move(*own->second);
+      } else {
+        embed.resize(static_cast<size_t>(m.rows * m.cols));
+        const int64_t per_task = 256;
+        pool.parallel_for((m.rows + per_task - 1) / per_task, [&](int64_t t) {
+          for (int64_t r = t * per_task; r < std::min(m.rows, (t + 1) * per_task); ++r) m.to_f32(r, 0, m.cols, embed.data() + r * m.cols);
+        });
+      }
+      s.done(d);
     }
-    if (config.tie_word_embeddings) {
-      if (!embed_panels) lm_head.f32 = PackedWeights::pack(embed.data(), config.vocab_size, hidden);
-    } else {
-      lm_head = fuse(q, {{kLmHeadName, &weights.lm_head}}, hidden, pool);
-    }
+    if (!config.tie_word_embeddings) lm_head = fuse(s, {kLmHeadName}, hidden, pool);
     final_norm = std::move(weights.final_norm);
     for (int32_t l = 0; l < config.num_layers; ++l) {
       LayerWeights& w = weights.layers[l];
       const std::string p = "model.layers." + std::to_string(l) + ".";
       CpuLayer layer;
       layer.input_norm = std::move(w.input_norm);
-      layer.qkv = fuse(q,
-                       {{p + "self_attn.q_proj.weight", &w.q_proj},
-                        {p + "self_attn.k_proj.weight", &w.k_proj},
-                        {p + "self_attn.v_proj.weight", &w.v_proj}},
+      layer.qkv = fuse(s, {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"},
                        hidden, pool);
       if (config.attention_bias) layer.qkv_bias = concat_rows({&w.q_bias, &w.k_bias, &w.v_bias});
-      layer.o_proj = fuse(q, {{p + "self_attn.o_proj.weight", &w.o_proj}}, q_dim, pool);
+      layer.o_proj = fuse(s, {p + "self_attn.o_proj.weight"}, q_dim, pool);
       layer.o_bias = std::move(w.o_bias);
       layer.post_norm = std::move(w.post_attention_norm);
-      layer.gate_up =
-          fuse(q, {{p + "mlp.gate_proj.weight", &w.gate_proj}, {p + "mlp.up_proj.weight", &w.up_proj}}, hidden, pool);
-      layer.down = fuse(q, {{p + "mlp.down_proj.weight", &w.down_proj}}, config.intermediate_size, pool);
+      layer.gate_up = fuse(s, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, hidden, pool);
+      layer.down = fuse(s, {p + "mlp.down_proj.weight"}, config.intermediate_size, pool);
       layers.push_back(std::move(layer));
     }
-    if (!q.blocks.empty()) {
+    if (!s.blocks.empty()) {
       throw ModelError(model_error_code::kWeights,
-                       "quantized tensor \"" + q.blocks.begin()->first + "\" is not a matrix this backend multiplies");
+                       "quantized tensor \"" + s.blocks.begin()->first + "\" is not a matrix this backend multiplies");
     }
     bool quantized = lm_head.quant != nullptr;
     for (const CpuLayer& layer : layers)
@@ -500,9 +533,11 @@ struct CpuBackend::Impl {
           dequantize_panel_row(*embed_panels, seq.tokens[i], dst);
         } else if (embed_quant) {
           dequantize_row(embed_quant->type, embed_quant->row(seq.tokens[i]), hidden, dst);
-        } else {
+        } else if (!embed.empty()) {
           const float* src = embed.data() + int64_t{seq.tokens[i]} * hidden;
           std::copy(src, src + hidden, dst);
+        } else {
+          lm_head.f32.row(seq.tokens[i], dst);  // tied: the output projection's panels
         }
       }
     }
@@ -554,17 +589,23 @@ CpuBackend::CpuBackend(const std::filesystem::path& model_path, CpuBackendOption
     ModelConfig config = gguf_model_config(file);
     options.progress.start(gguf_tensor_bytes(file));
     GgufWeights mapped = map_gguf_weights(file, config, options.progress);
-    QuantSources q;
-    q.blocks = std::move(mapped.blocks);
-    q.file = &file;
-    q.progress = options.progress;
-    impl_ = std::make_unique<Impl>(std::move(config), std::move(mapped.dense), options, &q);
+    WeightSources s;
+    s.blocks = std::move(mapped.blocks);
+    s.gguf = &file;
+    s.progress = options.progress;
+    impl_ = std::make_unique<Impl>(std::move(config), std::move(mapped.dense), options, &s);
     return_freed_heap();
     return;
   }
+  // The norms and biases are read out; the matrices are widened to fp32 as they are packed into
+  // panels, straight from the safetensors mapping, which is unmapped once they are.
   ModelConfig config = load_model_config(source.path);
-  ModelWeights weights = load_model_weights(source.path, config, options.progress);
-  impl_ = std::make_unique<Impl>(std::move(config), std::move(weights), options);
+  const SafetensorsArchive archive = SafetensorsArchive::open_model_dir(source.path);
+  MappedModelWeights mapped = map_model_weights(archive, config, options.progress);
+  WeightSources s;
+  s.dense = std::move(mapped.matrices);
+  s.progress = options.progress;
+  impl_ = std::make_unique<Impl>(std::move(config), std::move(mapped.dense), options, &s);
   return_freed_heap();
 }
 

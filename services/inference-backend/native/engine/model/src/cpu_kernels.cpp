@@ -20,15 +20,65 @@ const CpuKernels& cpu_kernels() {
 }
 
 PackedWeights PackedWeights::pack(const float* w, int64_t n, int64_t k) {
+  DenseMatrixRef m;
+  m.rows = n;
+  m.cols = k;
+  m.data = reinterpret_cast<const uint8_t*>(w);
+  return pack({m}, k, nullptr);
+}
+
+PackedWeights PackedWeights::pack(const std::vector<DenseMatrixRef>& parts, int64_t k, ThreadPool* pool) {
   PackedWeights packed;
-  packed.n = n;
   packed.k = k;
-  packed.panels.assign(static_cast<size_t>(packed.num_panels() * k * kPanel), 0.0f);
-  for (int64_t row = 0; row < n; ++row) {
-    float* panel = packed.panels.data() + (row / kPanel) * k * kPanel + row % kPanel;
-    for (int64_t kk = 0; kk < k; ++kk) panel[kk * kPanel] = w[row * k + kk];
+  struct Row {
+    const DenseMatrixRef* part;
+    int64_t r;
+  };
+  std::vector<Row> rows;  // every row, in the fused order
+  for (const DenseMatrixRef& part : parts) {
+    packed.n += part.rows;
+    for (int64_t r = 0; r < part.rows; ++r) rows.push_back({&part, r});
+  }
+  packed.panels.resize(static_cast<size_t>(packed.num_panels() * k * kPanel));  // every value written below
+  float* const base = packed.panels.data();
+  // A panel in strips of 64 columns: the 16 rows' values widened into `strip`, then written
+  // out k-major, 4 KB a strip, contiguous. Padding rows past n are zeros.
+  constexpr int64_t kStrip = 64;
+  const auto pack_panel = [&](int64_t p) {
+    float strip[kPanel][kStrip];
+    float* panel = base + p * k * kPanel;
+    for (int64_t c0 = 0; c0 < k; c0 += kStrip) {
+      const int64_t width = std::min(kStrip, k - c0);
+      for (int64_t j = 0; j < kPanel; ++j) {
+        const int64_t row = p * kPanel + j;
+        if (row < packed.n) {
+          rows[static_cast<size_t>(row)].part->to_f32(rows[static_cast<size_t>(row)].r, c0, width, strip[j]);
+        } else {
+          std::fill(strip[j], strip[j] + width, 0.0f);
+        }
+      }
+      for (int64_t c = 0; c < width; ++c)
+        for (int64_t j = 0; j < kPanel; ++j) panel[(c0 + c) * kPanel + j] = strip[j][c];
+    }
+  };
+  // Runs of panels of about 256 KiB each.
+  const int64_t panels = packed.num_panels();
+  const int64_t per_task = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(k * kPanel, 1));
+  const int64_t tasks = (panels + per_task - 1) / per_task;
+  auto run = [&](int64_t t) {
+    for (int64_t p = t * per_task; p < std::min(panels, (t + 1) * per_task); ++p) pack_panel(p);
+  };
+  if (pool != nullptr && pool->size() > 1 && tasks > 1) {
+    pool->parallel_for(tasks, run);
+  } else {
+    for (int64_t t = 0; t < tasks; ++t) run(t);
   }
   return packed;
+}
+
+void PackedWeights::row(int64_t r, float* out) const {
+  const float* panel = panels.data() + (r / kPanel) * k * kPanel + r % kPanel;
+  for (int64_t kk = 0; kk < k; ++kk) out[kk] = panel[kk * kPanel];
 }
 
 void parallel_gemm(ThreadPool& pool, const CpuKernels& kernels, const GemmArgs& args) {

@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "strata/model_weights.h"
+#include "strata/quant.h"
+
 namespace strata {
 
 class ThreadPool;
@@ -17,10 +20,16 @@ class ThreadPool;
 struct PackedWeights {
   static constexpr int64_t kPanel = 16;
   int64_t n = 0, k = 0;
-  std::vector<float> panels;  // (ceil(n / kPanel), k, kPanel)
+  std::vector<float, UninitializedAllocator<float>> panels;  // (ceil(n / kPanel), k, kPanel)
 
   static PackedWeights pack(const float* w, int64_t n, int64_t k);
+  // The matrix whose rows are the parts' rows one after another (each of k columns), widened
+  // to fp32 from where they lie (a safetensors file's mapping, say): no fp32 copy first. Runs
+  // of panels go to the pool's threads (null: the caller's thread).
+  static PackedWeights pack(const std::vector<DenseMatrixRef>& parts, int64_t k, ThreadPool* pool);
   int64_t num_panels() const { return (n + kPanel - 1) / kPanel; }
+  // out[0, k) = row r.
+  void row(int64_t r, float* out) const;
 };
 
 // c[m][j] = (accumulate ? c[m][j] : 0) + (sum_k a[m][k] * w[j][k] + bias[j]), j < w.n.

@@ -6,6 +6,7 @@
 #include "strata/float_convert.h"
 #include "strata/model_error.h"
 #include "strata/safetensors.h"
+#include "strata/split_work.h"
 #include "tensor_slots.h"
 
 namespace strata {
@@ -22,23 +23,26 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 
 std::string describe(const TensorInfo& info) { return "tensor \"" + info.name + "\" in " + info.file->path().string(); }
 
-void convert_to_f32(const TensorInfo& info, std::vector<float>& out) {
-  size_t count = 1;
-  for (int64_t dim : info.shape) count *= static_cast<size_t>(dim);
-  out.resize(count);
-  const uint8_t* src = info.data;  // unaligned: read element bytes with memcpy
-  if (info.dtype == "F32") {
-    std::memcpy(out.data(), src, count * 4);
-  } else if (info.dtype == "F16" || info.dtype == "BF16") {
-    const bool is_bf16 = info.dtype == "BF16";
-    for (size_t i = 0; i < count; ++i) {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * i, 2);
-      out[i] = is_bf16 ? bf16_to_f32(h) : f16_to_f32(h);
-    }
-  } else {
-    fail(describe(info) + " has dtype " + info.dtype + "; supported dtypes are F32, F16, BF16");
-  }
+DenseMatrixRef::Dtype dense_dtype(const TensorInfo& info) {
+  if (info.dtype == "F32") return DenseMatrixRef::Dtype::kF32;
+  if (info.dtype == "F16") return DenseMatrixRef::Dtype::kF16;
+  if (info.dtype == "BF16") return DenseMatrixRef::Dtype::kBF16;
+  fail(describe(info) + " has dtype " + info.dtype + "; supported dtypes are F32, F16, BF16");
+}
+
+DenseMatrixRef ref_of(const TensorInfo& info) {
+  DenseMatrixRef m;
+  m.dtype = dense_dtype(info);
+  m.cols = info.shape.empty() ? 1 : info.shape.back();
+  m.rows = info.shape.size() == 2 ? info.shape[0] : 1;
+  m.data = info.data;
+  m.tensor = &info;
+  return m;
+}
+
+// Rows [first, last) of `m` into out (row-major fp32).
+void rows_to_f32(const DenseMatrixRef& m, int64_t first, int64_t last, float* out) {
+  for (int64_t r = first; r < last; ++r) m.to_f32(r, 0, m.cols, out + r * m.cols);
 }
 
 // Tensors a checkpoint may carry that the forward pass does not read.
@@ -60,14 +64,26 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& config) {
   return out;
 }
 
-ModelWeights load_model_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
-                                const LoadProgress& progress) {
-  SafetensorsArchive archive = SafetensorsArchive::open_model_dir(model_dir);
+void DenseMatrixRef::to_f32(int64_t r, int64_t first, int64_t n, float* out) const {
+  const uint8_t* src = data + (r * cols + first) * elem_bytes();
+  if (dtype == Dtype::kF32) {
+    std::memcpy(out, src, static_cast<size_t>(n) * 4);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    out[i] = dtype == Dtype::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+  }
+}
+
+MappedModelWeights map_model_weights(const SafetensorsArchive& archive, const ModelConfig& config,
+                                     const LoadProgress& progress) {
   int64_t bytes = 0;
   for (const TensorInfo& info : archive.tensors()) bytes += static_cast<int64_t>(info.nbytes);
   progress.start(bytes);
-  ModelWeights weights;
-  std::vector<TensorSlot> slots = tensor_slots(config, &weights);
+  MappedModelWeights mapped;
+  std::vector<TensorSlot> slots = tensor_slots(config, &mapped.dense);
 
   // Tied checkpoints store one of the two tables; tinystories-656k stores only lm_head.
   const bool has_embed = archive.find(kEmbedName) != nullptr;
@@ -85,8 +101,14 @@ ModelWeights load_model_weights(const std::filesystem::path& model_dir, const Mo
       fail(describe(*info) + " has shape " + shape_string(info->shape) + ", expected " + shape_string(slot.shape) +
            " for this config");
     }
-    convert_to_f32(*info, *slot.target);
-    progress.add(static_cast<int64_t>(info->nbytes));
+    const DenseMatrixRef ref = ref_of(*info);  // checks the dtype
+    if (slot.shape.size() == 2) {
+      mapped.matrices.emplace(slot.name, ref);
+    } else {
+      slot.target->resize(static_cast<size_t>(ref.rows * ref.cols));
+      rows_to_f32(ref, 0, ref.rows, slot.target->data());
+      progress.add(static_cast<int64_t>(info->nbytes));
+    }
     used.insert(source_name);
   }
   const bool tied_copy = config.tie_word_embeddings && has_embed && has_head;  // lm_head's: not read
@@ -101,7 +123,23 @@ ModelWeights load_model_weights(const std::filesystem::path& model_dir, const Mo
     // What is not read (the tied copy, ignorable tensors) is done with too.
     if (used.count(info.name) == 0 || (tied_copy && info.name == kLmHeadName)) progress.add(static_cast<int64_t>(info.nbytes));
   }
-  return weights;
+  return mapped;
+}
+
+ModelWeights load_model_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
+                                const LoadProgress& progress) {
+  const SafetensorsArchive archive = SafetensorsArchive::open_model_dir(model_dir);
+  MappedModelWeights mapped = map_model_weights(archive, config, progress);
+  for (TensorSlot& slot : tensor_slots(config, &mapped.dense)) {
+    auto it = mapped.matrices.find(slot.name);
+    if (it == mapped.matrices.end()) continue;
+    const DenseMatrixRef& m = it->second;
+    slot.target->resize(static_cast<size_t>(m.rows * m.cols));
+    split_work(m.rows, threads_for(m.rows * m.cols * m.elem_bytes(), int64_t{1} << 22),
+               [&](int64_t first, int64_t last) { rows_to_f32(m, first, last, slot.target->data()); });
+    progress.add(static_cast<int64_t>(m.tensor->nbytes));
+  }
+  return std::move(mapped.dense);
 }
 
 }  // namespace strata

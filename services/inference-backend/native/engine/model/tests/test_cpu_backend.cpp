@@ -4,6 +4,7 @@
 // chunking, batching, block placement or thread count; copy-on-write; rejected batches.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -16,6 +17,7 @@
 #include "strata/model_config.h"
 #include "strata/model_error.h"
 #include "strata/model_weights.h"
+#include "thread_pool.h"
 
 using namespace strata;
 
@@ -273,6 +275,60 @@ TEST_CASE("cpu kernels: to_half rounds as f32_to_f16, bit for bit, in every kern
       for (size_t i = 0; i < n; ++i) same += got[i] == f32_to_f16(src[i]);
       if (same != n) std::printf("  %s: %zu of %zu differ\n", k->isa, n - same, n);
       CHECK_EQ(same, n);
+    }
+  }
+}
+
+TEST_CASE("cpu kernels: panels packed from F32, F16 and BF16 parts where they lie hold each value at its place") {
+  // What the CPU backend's safetensors load does: q, k and v in the checkpoint's dtype, fused
+  // and widened as they are packed, runs of panels on a pool's threads. Panel p must hold row
+  // p * 16 + j's value kk at (kk * 16 + j), exactly the row's widened value, zeros past n.
+  std::mt19937 rng(3);
+  ThreadPool pool(3);
+  const int64_t k = 150;  // two 64-column strips and a partial one
+  const std::vector<int64_t> sizes = {7, 300, 40};  // 347 rows: 22 panels, the last padded
+  for (const auto dtype : {DenseMatrixRef::Dtype::kF32, DenseMatrixRef::Dtype::kF16, DenseMatrixRef::Dtype::kBF16}) {
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<DenseMatrixRef> parts;
+    std::vector<float> expect;  // the fused matrix, widened, row-major
+    for (int64_t rows : sizes) {
+      DenseMatrixRef m;
+      m.rows = rows;
+      m.cols = k;
+      m.dtype = dtype;
+      bytes.emplace_back(static_cast<size_t>(rows * k * m.elem_bytes()));
+      for (int64_t i = 0; i < rows * k; ++i) {
+        const float v = std::ldexp(static_cast<float>(static_cast<int32_t>(rng() % 2001) - 1000), -9);
+        if (dtype == DenseMatrixRef::Dtype::kF32) {
+          std::memcpy(bytes.back().data() + 4 * i, &v, 4);
+        } else {
+          const uint16_t h = dtype == DenseMatrixRef::Dtype::kF16 ? f32_to_f16(v) : f32_to_bf16(v);
+          std::memcpy(bytes.back().data() + 2 * i, &h, 2);
+          expect.push_back(dtype == DenseMatrixRef::Dtype::kF16 ? f16_to_f32(h) : bf16_to_f32(h));
+          continue;
+        }
+        expect.push_back(v);
+      }
+      m.data = bytes.back().data();
+      parts.push_back(m);
+    }
+    const int64_t n = static_cast<int64_t>(expect.size()) / k;
+    for (ThreadPool* on : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      const PackedWeights w = PackedWeights::pack(parts, k, on);
+      CHECK_EQ(w.n, n);
+      CHECK_EQ(w.k, k);
+      CHECK_EQ(static_cast<int64_t>(w.panels.size()), (n + 15) / 16 * 16 * k);
+      int64_t wrong = 0;
+      for (int64_t row = 0; row < w.num_panels() * 16; ++row)
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const float want = row < n ? expect[static_cast<size_t>(row * k + kk)] : 0.0f;
+          const float got = w.panels[static_cast<size_t>((row / 16) * k * 16 + kk * 16 + row % 16)];
+          wrong += std::memcmp(&got, &want, 4) != 0;
+        }
+      CHECK_EQ(wrong, 0);
+      std::vector<float> row(static_cast<size_t>(k));
+      w.row(n - 1, row.data());  // what a tied table's token gather reads
+      CHECK(std::equal(row.begin(), row.end(), expect.end() - k));
     }
   }
 }

@@ -2,6 +2,7 @@
 // must end in a ModelError whose code and message name the problem.
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 
@@ -228,6 +229,59 @@ TEST_CASE("loading: tied embeddings from either table") {
 
   write_model(dir.path(), tiny_tensors([](RawTensor& t) { if (t.name == "lm_head.weight") t.name.clear(); }));
   CHECK(fails_with([&] { load(dir.path()); }, kWeightsCode, {"missing tensor \"lm_head.weight\""}));
+}
+
+TEST_CASE("loading: the CPU backend packs a checkpoint's matrices from its mapping as it would their copies") {
+  // The backend widens each matrix into its panels straight from the safetensors mapping (and
+  // reads a tied table's token rows back from those panels); from load_model_weights' fp32
+  // copies it packs the same values. So the logits must agree to the bit, in every dtype, tied
+  // or not, and the load's progress must end at the checkpoint's bytes.
+  std::string tied = kTinyConfig;
+  tied.replace(tied.find("\"tie_word_embeddings\": false"), 28, "\"tie_word_embeddings\": true");
+  const std::vector<int32_t> prompt = {1, 5, 9, 30, 7, 2, 31}, table = {0};
+  const auto logits_of = [&](CpuBackend& backend) {
+    backend.allocate_kv(1, 16);
+    StepBatch batch;
+    batch.seqs.push_back({prompt.data(), static_cast<int32_t>(prompt.size()), 0, table.data(), 1, true});
+    std::vector<float> logits(static_cast<size_t>(backend.config().vocab_size), NAN);
+    backend.forward(batch, logits.data());
+    return logits;
+  };
+  for (const std::string dtype : {"F32", "BF16", "F16"}) {
+    for (const std::string drop : {"", "lm_head.weight", "model.embed_tokens.weight"}) {  // untied; tied, either table
+      TempDir dir("mapped");
+      write_model(dir.path(), tiny_tensors([&](RawTensor& t) {
+                    if (t.name == drop) t.name.clear();
+                    std::vector<float> values(t.bytes.size() / 4);
+                    std::memcpy(values.data(), t.bytes.data(), t.bytes.size());
+                    t.dtype = dtype;
+                    t.bytes = strata_test::encode(values, dtype);
+                  }),
+                  drop.empty() ? kTinyConfig : tied);
+      int64_t progress[2] = {-1, -1};
+      CpuBackend mapped(dir.path(), {1, CpuKvDtype::kAuto, LoadProgress(progress)});
+      CHECK(progress[1] > 0 && progress[0] == progress[1]);
+      const ModelConfig config = load_model_config(dir.path());
+      CpuBackend copied(config, load_model_weights(dir.path(), config), {1});
+      const std::vector<float> a = logits_of(mapped), b = logits_of(copied);
+      bool finite = true;
+      for (float v : a) finite = finite && std::isfinite(v);
+      CHECK(finite);
+      if (std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0) std::printf("  %s, without %s: logits differ\n", dtype.c_str(), drop.c_str());
+      CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    }
+  }
+  // A tied table's token rows, read back from the output projection's panels, are the rows an
+  // untied copy of the same table reads from its own row-major table.
+  TempDir tied_dir("tied"), untied_dir("untied");
+  std::string embed_bytes;
+  for (const RawTensor& t : tiny_tensors())
+    if (t.name == "model.embed_tokens.weight") embed_bytes = t.bytes;
+  write_model(tied_dir.path(), tiny_tensors([](RawTensor& t) { if (t.name == "lm_head.weight") t.name.clear(); }), tied);
+  write_model(untied_dir.path(), tiny_tensors([&](RawTensor& t) { if (t.name == "lm_head.weight") t.bytes = embed_bytes; }));
+  CpuBackend tied_backend(tied_dir.path(), {1}), untied_backend(untied_dir.path(), {1});
+  const std::vector<float> a = logits_of(tied_backend), b = logits_of(untied_backend);
+  CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 TEST_CASE("loading: sharded checkpoints") {

@@ -12,6 +12,7 @@
 #include "strata/load_progress.h"
 #include "strata/model_backend.h"
 #include "strata/quant.h"
+#include "strata/safetensors.h"
 
 namespace strata {
 
@@ -62,6 +63,33 @@ bool has_o_proj_bias(const ModelConfig& config);
 // `progress` counts the checkpoint's tensor bytes as they are read (load_progress.h).
 ModelWeights load_model_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
                                 const LoadProgress& progress = {});
+
+// A floating-point matrix where it lies (a safetensors file's mapping, an fp32 vector): `rows`
+// rows of `cols` values of `dtype` one after another, little-endian, alignment not guaranteed.
+struct DenseMatrixRef {
+  enum class Dtype { kF32, kF16, kBF16 };
+  int64_t rows = 0, cols = 0;
+  const uint8_t* data = nullptr;
+  Dtype dtype = Dtype::kF32;
+  const TensorInfo* tensor = nullptr;  // in a safetensors file: for releasing its pages once read
+
+  int64_t elem_bytes() const { return dtype == Dtype::kF32 ? 4 : 2; }
+  // out[0, n) = values [first, first + n) of row r, widened to fp32 (exactly).
+  void to_f32(int64_t r, int64_t first, int64_t n, float* out) const;
+};
+
+// load_model_weights without converting the matrices: `dense` holds the 1-D tensors (norms,
+// biases) in fp32, its matrix members empty; `matrices` the 2-D tensors where they lie in the
+// archive's mapping, by Hugging Face name (a tied checkpoint's one table as kEmbedName), valid
+// while the archive is open. The same checks as load_model_weights.
+struct MappedModelWeights {
+  ModelWeights dense;
+  std::unordered_map<std::string, DenseMatrixRef> matrices;
+};
+// `progress` is started at the archive's tensor bytes and counts every tensor's but the
+// matrices' (the caller counts each as it reads it).
+MappedModelWeights map_model_weights(const SafetensorsArchive& archive, const ModelConfig& config,
+                                     const LoadProgress& progress = {});
 
 // Random weights for any config, for benchmarks: matrices and biases N(0, 0.02^2), norms 1.
 // Deterministic in `seed` (own generator, per-chunk streams: independent of the thread count).
