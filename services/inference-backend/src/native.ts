@@ -127,6 +127,11 @@ export interface NativeConstraint {
   readonly compileSeconds: number;
 }
 
+/** Structured output's vocabulary as loadGrammar() read it, opaque to JS; an engine's useGrammar() takes it. */
+export interface NativeGrammar {
+  readonly __brand: 'NativeGrammar';
+}
+
 /** FinishReason in sequence.h: 0 none, 1 stop, 2 length, 3 abort, 4 timeout. */
 export type NativeFinishCode = 0 | 1 | 2 | 3 | 4;
 
@@ -253,14 +258,11 @@ export interface NativeEngine {
    */
   share(): number;
   /**
-   * Reads the model's vocabulary for structured output (off the JS thread) from its
-   * tokenizer.json text; `eosTokenIds` join the model's own as ends of a complete output.
-   * Rejects with STRATA_GRAMMAR_UNAVAILABLE when the addon was built without llguidance.
+   * Structured output over the vocabulary loadGrammar() read, for this engine and every thread's
+   * attached to its runner. Throws STRATA_INVALID_CONFIG when it was read for another vocabulary
+   * size or without one of the model's end-of-sequence ids.
    */
-  loadGrammar(
-    tokenizerJson: string,
-    eosTokenIds: readonly number[],
-  ): Promise<{ version: string; seconds: number }>;
+  useGrammar(grammar: NativeGrammar): void;
   /** Compiles one request's constraint (off the JS thread); rejects with STRATA_INVALID_GRAMMAR. */
   compileConstraint(kind: ConstraintKind, data: string): Promise<NativeConstraint>;
 }
@@ -282,6 +284,17 @@ export interface NativeAddon {
    * Throws STRATA_ENGINE_CLOSED when no open engine has that key.
    */
   attachEngine(key: number, onSteps: (steps: NativeStep[]) => void): NativeEngine;
+  /**
+   * Reads a model's vocabulary for structured output (off the JS thread) from its tokenizer.json
+   * text, for a model of `vocabSize` logits whose outputs end at any of `eosTokenIds`: no engine
+   * needed, so it can run while the engine loads. Rejects with STRATA_GRAMMAR_UNAVAILABLE when the
+   * addon was built without llguidance, STRATA_INVALID_CONFIG when llguidance cannot read it.
+   */
+  loadGrammar(
+    tokenizerJson: string,
+    vocabSize: number,
+    eosTokenIds: readonly number[],
+  ): Promise<{ grammar: NativeGrammar; version: string; seconds: number }>;
 }
 
 const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..');

@@ -42,6 +42,14 @@ describe.skipIf(!tiny.path)(`loadModelFiles on edited copies${tiny.skipped}`, ()
     expect((await loadModelFiles(dir)).eosTokenIds).toEqual([5, 7, 2]);
   });
 
+  it("adds config.json's eos ids after generation_config's, as the engine stops on both", async () => {
+    const dir = await copyTinystories(dirs);
+    await mergeJson(dir, 'generation_config.json', { eos_token_id: [5, 7] });
+    await mergeJson(dir, 'config.json', { eos_token_id: 9 });
+    await mergeJson(dir, 'tokenizer_config.json', { eos_token: null });
+    expect((await loadModelFiles(dir)).eosTokenIds).toEqual([5, 7, 9]);
+  });
+
   it('falls back to config.json eos when generation_config.json is absent', async () => {
     const dir = await copyTinystories(dirs);
     await rm(path.join(dir, 'generation_config.json'));

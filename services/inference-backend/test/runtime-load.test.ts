@@ -1,5 +1,5 @@
-// InferenceRuntime.load opens the tokenizer (and starts its encoding worker) while the engine
-// loads on its native thread. Whichever of the two fails, the other is closed: no engine and no
+// InferenceRuntime.load opens the tokenizer (and starts its encoding worker) and reads structured
+// output's vocabulary while the engine loads on its native thread. Whichever of the two fails, the other is closed: no engine and no
 // tokenizer worker outlive a failed load. The real engine on tinystories-656k.
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -10,9 +10,11 @@ import { configEnv, configSchema } from '../src/config.js';
 import { Engine } from '../src/engine/engine.js';
 import { InferenceRuntime } from '../src/inference/runtime.js';
 import { Tokenizer } from '../src/model/tokenizer.js';
+import { loadNativeAddon } from '../src/native.js';
 import { modelPath, optionalModel } from './support/models.js';
 
 const tiny = optionalModel('tinystories-656k');
+const grammarBuilt = loadNativeAddon().buildInfo().grammar;
 
 const config = (env: Record<string, string>) =>
   loadConfig({ schema: configSchema, envMap: configEnv, env: { STRATA_ENGINE_THREADS: '1', ...env } });
@@ -24,22 +26,34 @@ afterEach(() => {
 });
 
 describe.skipIf(!tiny.path)(`InferenceRuntime.load${tiny.skipped}`, () => {
-  it('loads the tokenizer beside the engine: both ready, its worker started', async () => {
+  it("loads the tokenizer and structured output's vocabulary beside the engine, and uses both", async () => {
     const opened = vi.spyOn(Tokenizer, 'open');
-    // How many tokenizers had been asked for by the time the engine had loaded.
-    let openedBeforeEngine = -1;
+    const read = vi.spyOn(Engine, 'loadGrammar');
+    // How many tokenizers and grammar reads had been asked for by the time the engine had loaded.
+    let beforeEngine = [-1, -1];
     const load = Engine.load.bind(Engine);
     vi.spyOn(Engine, 'load').mockImplementation(async (...args) => {
       const engine = await load(...args);
-      openedBeforeEngine = opened.mock.calls.length;
+      beforeEngine = [opened.mock.calls.length, read.mock.calls.length];
       return engine;
     });
     const runtime = await InferenceRuntime.load(config({ STRATA_MODEL_DIR: modelPath('tinystories-656k') }));
     try {
-      expect(openedBeforeEngine).toBe(1);
+      expect(beforeEngine).toEqual([1, 1]);
       expect(opened).toHaveBeenCalledTimes(1);
       expect(runtime.tokenizer.worker).not.toBeNull();
       expect(await runtime.tokenizer.encode('Once upon a time')).not.toHaveLength(0);
+      if (!grammarBuilt) {
+        expect(runtime.grammar).toMatchObject({ available: false, code: 'STRATA_GRAMMAR_UNAVAILABLE' });
+        return;
+      }
+      expect(runtime.grammar).toMatchObject({
+        available: true,
+        version: expect.stringMatching(/llguidance/),
+      });
+      // The engine took it: a constraint compiles against it.
+      const c = await runtime.engine.compileConstraint('regex', '[a-z ]{1,20}');
+      expect(c.compileSeconds).toBeGreaterThanOrEqual(0);
     } finally {
       await runtime.close();
     }

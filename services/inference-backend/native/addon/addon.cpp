@@ -52,6 +52,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("NativeEngine", strata::addon::EngineBinding::Define(env));
   exports.Set("loadEngine", Napi::Function::New(env, strata::addon::EngineBinding::Load, "loadEngine"));
   exports.Set("attachEngine", Napi::Function::New(env, strata::addon::EngineBinding::AttachShared, "attachEngine"));
+  exports.Set("loadGrammar", Napi::Function::New(env, strata::addon::EngineBinding::LoadGrammar, "loadGrammar"));
   return exports;
 }
 

@@ -141,6 +141,22 @@ class CloseWorker : public Napi::AsyncWorker {
 struct ConstraintBox {
   std::unique_ptr<TokenConstraint> constraint;
 };
+// Structured output's vocabulary from loadGrammar(), until an engine's useGrammar() shares it.
+struct GrammarBox {
+  std::shared_ptr<Grammar> grammar;
+  std::vector<int32_t> eos_token_ids;
+};
+// The externals' type tags: a handle of one kind passed where the other is expected is refused.
+constexpr napi_type_tag kConstraintTag = {0x7f1c2a9e5b3d4c61ULL, 0x9a0e8b7d6c5f4e32ULL};
+constexpr napi_type_tag kGrammarTag = {0x3e8d1f0a2b6c4d95ULL, 0xb1a2c3d4e5f60718ULL};
+
+// The box an external of `tag` holds, or null for anything else.
+template <class Box>
+Box* tagged_box(const Napi::Value& v, const napi_type_tag& tag) {
+  if (v.IsEmpty() || !v.IsExternal()) return nullptr;
+  Napi::External<Box> e = v.As<Napi::External<Box>>();
+  return e.CheckTypeTag(&tag) ? e.Data() : nullptr;
+}
 
 // A promise for work off the JS thread: Work() runs on libuv's pool, timed, and any exception
 // becomes the JS error the promise rejects with; Result() builds what it resolves with.
@@ -180,28 +196,25 @@ class PromiseWorker : public Napi::AsyncWorker {
 
 // Reads the vocabulary; holds a reference to the engine's JS object until it is done, so that
 // on_loaded never reaches a collected binding.
+// Reads structured output's vocabulary; resolves with {grammar, version, seconds}.
 class GrammarLoadWorker : public PromiseWorker {
  public:
-  GrammarLoadWorker(Napi::Env env, Napi::Object owner, GrammarOptions options,
-                    std::function<void(std::shared_ptr<Grammar>)> on_loaded)
-      : PromiseWorker(env),
-        owner_(Napi::Persistent(owner)),
-        options_(std::move(options)),
-        on_loaded_(std::move(on_loaded)) {}
+  GrammarLoadWorker(Napi::Env env, GrammarOptions options) : PromiseWorker(env), options_(std::move(options)) {}
 
  private:
   void Work() override { grammar_ = Grammar::load(options_); }
   Napi::Value Result(Napi::Env env) override {
-    on_loaded_(grammar_);
+    auto* box = new GrammarBox{std::move(grammar_), options_.eos_token_ids};
+    auto handle = Napi::External<GrammarBox>::New(env, box, [](Napi::Env, GrammarBox* b) { delete b; });
+    handle.TypeTag(&kGrammarTag);
     Napi::Object o = Napi::Object::New(env);
+    o.Set("grammar", handle);
     o.Set("version", Grammar::version());
     o.Set("seconds", seconds());
     return o;
   }
 
-  Napi::ObjectReference owner_;
   GrammarOptions options_;
-  std::function<void(std::shared_ptr<Grammar>)> on_loaded_;
   std::shared_ptr<Grammar> grammar_;
 };
 
@@ -216,7 +229,9 @@ class CompileWorker : public PromiseWorker {
   Napi::Value Result(Napi::Env env) override {
     auto* box = new ConstraintBox{std::move(constraint_)};
     Napi::Object o = Napi::Object::New(env);
-    o.Set("handle", Napi::External<ConstraintBox>::New(env, box, [](Napi::Env, ConstraintBox* b) { delete b; }));
+    auto handle = Napi::External<ConstraintBox>::New(env, box, [](Napi::Env, ConstraintBox* b) { delete b; });
+    handle.TypeTag(&kConstraintTag);
+    o.Set("handle", handle);
     o.Set("compileSeconds", seconds());
     return o;
   }
@@ -340,7 +355,7 @@ Napi::Function EngineBinding::Define(Napi::Env env) {
                                        InstanceMethod<&EngineBinding::Close>("close"),
                                        InstanceMethod<&EngineBinding::ResumeSteps>("resumeSteps"),
                                        InstanceMethod<&EngineBinding::Share>("share"),
-                                       InstanceMethod<&EngineBinding::LoadGrammar>("loadGrammar"),
+                                       InstanceMethod<&EngineBinding::UseGrammar>("useGrammar"),
                                        InstanceMethod<&EngineBinding::CompileConstraint>("compileConstraint"),
                                    });
   env.SetInstanceData(new Napi::FunctionReference(Napi::Persistent(cls)));
@@ -487,10 +502,8 @@ Napi::Value EngineBinding::Submit(const Napi::CallbackInfo& info) {
   Napi::Value constraint = r.Get("constraint");
   if (!constraint.IsUndefined() && !constraint.IsNull()) {
     Napi::Value handle = constraint.IsObject() ? constraint.As<Napi::Object>().Get("handle") : Napi::Value();
-    if (handle.IsEmpty() || !handle.IsExternal()) {
-      throw_js_error(env, "STRATA_INVALID_PARAM", "constraint must come from compileConstraint()");
-    }
-    ConstraintBox* box = handle.As<Napi::External<ConstraintBox>>().Data();
+    ConstraintBox* box = tagged_box<ConstraintBox>(handle, kConstraintTag);
+    if (box == nullptr) throw_js_error(env, "STRATA_INVALID_PARAM", "constraint must come from compileConstraint()");
     if (!box->constraint) throw_js_error(env, "STRATA_INVALID_PARAM", "this constraint was already submitted");
     req.constraint = std::move(box->constraint);
   }
@@ -504,29 +517,52 @@ Napi::Value EngineBinding::Submit(const Napi::CallbackInfo& info) {
 
 Napi::Value EngineBinding::LoadGrammar(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (closed_ || !shared_) throw_js_error(env, "STRATA_ENGINE_CLOSED", "the engine is closed");
-  if (!info[0].IsString()) throw_js_error(env, "STRATA_INVALID_CONFIG", "loadGrammar(tokenizerJson, eosTokenIds): a string");
+  const char* usage = "loadGrammar(tokenizerJson, vocabSize, eosTokenIds): a string, a positive integer and an array of ids";
+  if (!info[0].IsString() || !info[1].IsNumber() || !info[2].IsArray()) throw_js_error(env, "STRATA_INVALID_CONFIG", usage);
+  const double vocab = info[1].As<Napi::Number>().DoubleValue();
+  if (!(vocab >= 1 && vocab <= INT32_MAX) || vocab != static_cast<double>(static_cast<int32_t>(vocab))) {
+    throw_js_error(env, "STRATA_INVALID_CONFIG", usage);
+  }
   GrammarOptions o;
   o.tokenizer_json = info[0].As<Napi::String>().Utf8Value();
-  const ModelConfig& m = runner().backend().config();
-  o.vocab_size = m.vocab_size;
-  o.eos_token_ids = m.eos_token_ids;
-  if (info[1].IsArray()) {
-    Napi::Array a = info[1].As<Napi::Array>();
-    for (uint32_t i = 0; i < a.Length(); ++i) {
-      const int32_t t = a.Get(i).ToNumber().Int32Value();
-      if (std::find(o.eos_token_ids.begin(), o.eos_token_ids.end(), t) == o.eos_token_ids.end()) o.eos_token_ids.push_back(t);
+  o.vocab_size = static_cast<int32_t>(vocab);
+  Napi::Array a = info[2].As<Napi::Array>();
+  for (uint32_t i = 0; i < a.Length(); ++i) {
+    const Napi::Value v = a.Get(i);
+    const double id = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : -1;
+    if (!(id >= 0 && id < vocab) || id != static_cast<double>(static_cast<int32_t>(id))) {
+      throw_js_error(env, "STRATA_INVALID_CONFIG", "loadGrammar(): eos token ids must be integers in [0, vocabSize)");
     }
+    const int32_t t = static_cast<int32_t>(id);
+    if (std::find(o.eos_token_ids.begin(), o.eos_token_ids.end(), t) == o.eos_token_ids.end()) o.eos_token_ids.push_back(t);
   }
-  // The vocabulary is the runner's: every thread's engine compiles against it.
-  std::shared_ptr<SharedEngine> shared = shared_;
-  auto* worker = new GrammarLoadWorker(env, info.This().As<Napi::Object>(), std::move(o), [shared](std::shared_ptr<Grammar> g) {
-    std::lock_guard lock(shared->mu);
-    shared->grammar = std::move(g);
-  });
+  auto* worker = new GrammarLoadWorker(env, std::move(o));
   Napi::Promise promise = worker->Promise();
   worker->Queue();
   return promise;
+}
+
+Napi::Value EngineBinding::UseGrammar(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (closed_ || !shared_) throw_js_error(env, "STRATA_ENGINE_CLOSED", "the engine is closed");
+  const GrammarBox* box = tagged_box<GrammarBox>(info[0], kGrammarTag);
+  if (box == nullptr) throw_js_error(env, "STRATA_INVALID_CONFIG", "useGrammar(grammar): the grammar loadGrammar() resolved with");
+  const ModelConfig& m = runner().backend().config();
+  if (box->grammar->vocab_size() != m.vocab_size) {
+    throw_js_error(env, "STRATA_INVALID_CONFIG",
+                   "this grammar was read for a vocabulary of " + std::to_string(box->grammar->vocab_size()) +
+                       " tokens; the model's has " + std::to_string(m.vocab_size));
+  }
+  for (int32_t id : m.eos_token_ids) {  // every end of the model's must end a constrained output too
+    if (std::find(box->eos_token_ids.begin(), box->eos_token_ids.end(), id) == box->eos_token_ids.end()) {
+      throw_js_error(env, "STRATA_INVALID_CONFIG",
+                     "this grammar was read without the model's end-of-sequence token " + std::to_string(id));
+    }
+  }
+  // The vocabulary is the runner's: every thread's engine compiles against it.
+  std::lock_guard lock(shared_->mu);
+  shared_->grammar = box->grammar;
+  return env.Undefined();
 }
 
 Napi::Value EngineBinding::CompileConstraint(const Napi::CallbackInfo& info) {
@@ -538,7 +574,7 @@ Napi::Value EngineBinding::CompileConstraint(const Napi::CallbackInfo& info) {
   }
   if (!grammar) {
     throw_js_error(env, grammar_available() ? "STRATA_INVALID_CONFIG" : errc::kGrammarUnavailable,
-                   grammar_available() ? "compileConstraint() before loadGrammar()"
+                   grammar_available() ? "compileConstraint() before useGrammar()"
                                        : "this engine was built without llguidance (no cargo at build time)");
   }
   if (!info[0].IsString() || !info[1].IsString()) {

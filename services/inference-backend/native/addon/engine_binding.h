@@ -51,6 +51,9 @@ class EngineBinding : public Napi::ObjectWrap<EngineBinding> {
   static Napi::Value Load(const Napi::CallbackInfo& info);
   // attachEngine(key, onSteps) -> NativeEngine: another thread's consumer of a shared runner.
   static Napi::Value AttachShared(const Napi::CallbackInfo& info);
+  // loadGrammar(tokenizerJson, vocabSize, eosTokenIds) -> Promise<{grammar, version, seconds}>:
+  // structured output's vocabulary, read off the JS thread, before or while the engine loads.
+  static Napi::Value LoadGrammar(const Napi::CallbackInfo& info);
 
   explicit EngineBinding(const Napi::CallbackInfo& info);
   ~EngineBinding() override;
@@ -69,9 +72,10 @@ class EngineBinding : public Napi::ObjectWrap<EngineBinding> {
   Napi::Value ResumeSteps(const Napi::CallbackInfo& info);
   // share() -> number: the key another thread's attachEngine() takes.
   Napi::Value Share(const Napi::CallbackInfo& info);
-  // loadGrammar(tokenizerJson, eosTokenIds) -> Promise<{version, seconds}>: structured output's
-  // vocabulary, read once (off the JS thread); eos ids join the model's own.
-  Napi::Value LoadGrammar(const Napi::CallbackInfo& info);
+  // useGrammar(grammar): the vocabulary loadGrammar() read, for this engine and every thread's
+  // attached to its runner; refused when it was read for another vocabulary size or without
+  // one of the model's end-of-sequence ids.
+  Napi::Value UseGrammar(const Napi::CallbackInfo& info);
   // compileConstraint(kind, data) -> Promise<constraint> (off the JS thread): one request's
   // grammar state, handed to submit({constraint}) once. Rejects with STRATA_INVALID_GRAMMAR.
   Napi::Value CompileConstraint(const Napi::CallbackInfo& info);

@@ -9,6 +9,7 @@ import {
   type NativeEngine,
   type NativeEngineInfo,
   type NativeEngineStats,
+  type NativeGrammar,
   type NativeLoadOptions,
   type NativeSamplingParams,
   type NativeStep,
@@ -174,14 +175,46 @@ export class Engine {
     return stream;
   }
 
-  /** Structured output's vocabulary, from the model's tokenizer.json text (see NativeEngine.loadGrammar). */
+  /**
+   * Structured output's vocabulary read from a model's tokenizer.json text, off the JS thread and
+   * with no engine (NativeAddon.loadGrammar), so it can run while the engine loads; an engine's
+   * useGrammar() takes it.
+   */
+  static async loadGrammar(
+    tokenizerJson: string,
+    vocabSize: number,
+    eosTokenIds: readonly number[],
+    addon: NativeAddon = loadNativeAddon(),
+  ): Promise<{ grammar: NativeGrammar; version: string; seconds: number }> {
+    try {
+      return await addon.loadGrammar(tokenizerJson, vocabSize, eosTokenIds);
+    } catch (err) {
+      throw asEngineError(err);
+    }
+  }
+
+  /** Structured output over `grammar` (see NativeEngine.useGrammar). */
+  useGrammar(grammar: NativeGrammar): void {
+    try {
+      this.native.useGrammar(grammar);
+    } catch (err) {
+      throw asEngineError(err);
+    }
+  }
+
+  /**
+   * Reads this model's vocabulary (its own size and end-of-sequence ids, with `eosTokenIds`) and
+   * uses it: loadGrammar() and useGrammar() one after the other.
+   */
   async loadGrammar(
     tokenizerJson: string,
     eosTokenIds: readonly number[],
   ): Promise<{ version: string; seconds: number }> {
-    return this.native.loadGrammar(tokenizerJson, eosTokenIds).catch((err: unknown) => {
-      throw asEngineError(err);
-    });
+    const { model } = this.info;
+    const eos = [...new Set([...model.eosTokenIds, ...eosTokenIds])];
+    const { grammar, version, seconds } = await Engine.loadGrammar(tokenizerJson, model.vocabSize, eos);
+    this.useGrammar(grammar);
+    return { version, seconds };
   }
 
   /** One request's constraint, compiled off the JS thread; STRATA_INVALID_GRAMMAR names what is wrong. */

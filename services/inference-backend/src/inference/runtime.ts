@@ -11,7 +11,7 @@ import { type TextEvent, TextGenerator } from '../engine/text-generation.js';
 import { ChatTemplate, withChatTemplateSetting } from '../model/chat-template.js';
 import { loadModelFiles, type ModelFiles } from '../model/model-files.js';
 import { Tokenizer } from '../model/tokenizer.js';
-import type { NativeConstraint } from '../native.js';
+import type { NativeConstraint, NativeGrammar } from '../native.js';
 import { defaultEngineThreads } from './cpu-budget.js';
 
 export interface ExecuteRequest {
@@ -162,10 +162,12 @@ export class InferenceRuntime {
   ): Promise<InferenceRuntime> {
     const files = await InferenceRuntime.files(config);
     const { engine: e } = config;
-    // The tokenizer (and its encoding worker) loads while the engine loads on its native thread.
-    // Handled at once, so a failure waits for the engine's outcome instead of going unhandled.
+    // The tokenizer (and its encoding worker) and structured output's vocabulary load while the
+    // engine loads on its native thread. Handled at once, so a failure waits for the engine's
+    // outcome instead of going unhandled (readGrammar never rejects).
     const tokenizing = Tokenizer.open(files);
     tokenizing.catch(() => undefined);
+    const grammarReading = readGrammar(files);
     const loading = Engine.load({
       progress,
       modelDir: config.modelDir ?? files.path,
@@ -196,7 +198,7 @@ export class InferenceRuntime {
     }
     if (observer?.forward) engine.onForward = observer.forward.bind(observer);
     const tokenizer = await InferenceRuntime.tokenizer(tokenizing, engine);
-    const grammar = await loadGrammar(engine, files, tokenizer);
+    const grammar = useGrammar(engine, await grammarReading);
     return new InferenceRuntime(engine, tokenizer, files, config, observer, tracer, grammar);
   }
 
@@ -475,23 +477,45 @@ export class InferenceRuntime {
   }
 }
 
+type GrammarReading =
+  | { ok: true; grammar: NativeGrammar; version: string; seconds: number }
+  | { ok: false; code?: unknown; message: string };
+
 /**
  * Structured output's vocabulary: llguidance reads each token's bytes from the model's
- * tokenizer.json (a GGUF's converted one included). A failure leaves the backend serving
- * everything else and refusing constrained requests with the reason.
+ * tokenizer.json (a GGUF's converted one included), off the JS thread and while the engine loads.
+ * Never rejects: a failure becomes the reason constrained requests are refused.
  */
-async function loadGrammar(engine: Engine, files: ModelFiles, tokenizer: Tokenizer): Promise<GrammarStatus> {
+async function readGrammar(files: ModelFiles): Promise<GrammarReading> {
   try {
     const source = files.tokenizer;
     const json = source.kind === 'json' ? source.json : await readFile(source.path, 'utf8');
-    const { version, seconds } = await engine.loadGrammar(json, tokenizer.eosTokenIds);
-    return { available: true, version, loadSeconds: seconds };
+    return { ok: true, ...(await Engine.loadGrammar(json, files.vocabSize, files.eosTokenIds)) };
   } catch (err) {
     const e = err as { code?: unknown; message?: unknown };
-    const message =
-      e.code === 'STRATA_GRAMMAR_UNAVAILABLE'
-        ? String(e.message)
-        : `structured output is unavailable: the grammar engine cannot read this model's vocabulary (${String(e.message ?? err)})`;
-    return { available: false, code: 'STRATA_GRAMMAR_UNAVAILABLE', message };
+    return { ok: false, code: e.code, message: String(e.message ?? err) };
   }
+}
+
+/**
+ * The engine's structured output over what readGrammar() read. A failure leaves the backend
+ * serving everything else and refusing constrained requests with the reason.
+ */
+function useGrammar(engine: Engine, reading: GrammarReading): GrammarStatus {
+  const unavailable = (code: unknown, message: string): GrammarStatus => ({
+    available: false,
+    code: 'STRATA_GRAMMAR_UNAVAILABLE',
+    message:
+      code === 'STRATA_GRAMMAR_UNAVAILABLE'
+        ? message
+        : `structured output is unavailable: the grammar engine cannot read this model's vocabulary (${message})`,
+  });
+  if (!reading.ok) return unavailable(reading.code, reading.message);
+  try {
+    engine.useGrammar(reading.grammar);
+  } catch (err) {
+    const e = err as { code?: unknown; message?: unknown };
+    return unavailable(e.code, String(e.message ?? err));
+  }
+  return { available: true, version: reading.version, loadSeconds: reading.seconds };
 }

@@ -36,8 +36,9 @@ export interface ModelFiles {
   readonly bosTokenId: number | null;
   readonly eosToken: string | null;
   /**
-   * Every id that ends generation. Hugging Face: generation_config (else config) eos_token_id, then
-   * the tokenizer's eos_token. GGUF: tokenizer.ggml.eos_token_id, then eot_token_id and eom_token_id.
+   * Every id that ends generation. Hugging Face: generation_config's eos_token_id, then config's
+   * (as the engine's own list), then the tokenizer's eos_token. GGUF: tokenizer.ggml.eos_token_id,
+   * then eot_token_id and eom_token_id.
    */
   readonly eosTokenIds: readonly number[];
   /** Whether encoding a prompt with special tokens starts it with BOS / ends it with EOS. */
@@ -187,8 +188,15 @@ async function huggingFaceModelFiles(root: string): Promise<ModelFiles> {
   const eosFromTokenizer = eosToken === null ? null : lookupOrThrow(lookup, eosToken, root, 'eos_token');
   const bosTokenId = bosFromTokenizer ?? generation?.bos_token_id ?? config.bos_token_id ?? null;
 
+  // generation_config's first (its first id is the one an appended EOS takes), then config.json's,
+  // which the engine stops on too, then the tokenizer's.
   const eosIds = asList(generation?.eos_token_id ?? config.eos_token_id);
-  if (eosFromTokenizer !== null && !eosIds.includes(eosFromTokenizer)) eosIds.push(eosFromTokenizer);
+  for (const id of [
+    ...asList(config.eos_token_id),
+    ...(eosFromTokenizer === null ? [] : [eosFromTokenizer]),
+  ]) {
+    if (!eosIds.includes(id)) eosIds.push(id);
+  }
 
   const ends = templateEnds(tokJson.post_processor);
   const addBosToken = tokCfg.add_bos_token ?? (bosTokenId !== null && ends.first === bosTokenId);
