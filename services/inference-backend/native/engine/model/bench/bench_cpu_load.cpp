@@ -7,9 +7,15 @@
 // Each counts the file's pages the mapping has resident (a load drops each tensor's pages
 // once it has copied them out), so a load that copies the whole file before packing it peaks
 // near twice the file. Prints each run, then the medians; --out writes the runs as JSON.
+// --cold drops the checkpoint's files from the page cache before each run
+// (posix_fadvise(POSIX_FADV_DONTNEED), no privileges needed) and says how much of them was
+// still cached, so the load reads them from the disk.
 //
-//   bench_cpu_load MODEL [--runs N] [--threads N] [--out FILE.json]
+//   bench_cpu_load MODEL [--runs N] [--threads N] [--cold] [--out FILE.json]
 //   (a GGUF file or a Hugging Face folder; scripts/device/llama3_gguf.py writes a large GGUF)
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -88,6 +94,45 @@ bool run_child(const char* model, int threads, Run* out) {
   return got && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+// The checkpoint's files: the file, or a folder's .safetensors and .gguf files.
+std::vector<std::filesystem::path> checkpoint_files(const std::filesystem::path& model) {
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(model, ec)) return {model};
+  for (const auto& entry : std::filesystem::directory_iterator(model, ec)) {
+    const std::string ext = entry.path().extension().string();
+    if (entry.is_regular_file() && (ext == ".safetensors" || ext == ".gguf")) files.push_back(entry.path());
+  }
+  return files;
+}
+
+// Drops the files' pages from the page cache; returns the fraction of their pages still cached
+// after (mincore), or -1 when a file cannot be opened.
+double drop_from_cache(const std::vector<std::filesystem::path>& files) {
+  int64_t pages = 0, cached = 0;
+  const int64_t page = ::sysconf(_SC_PAGESIZE);
+  for (const auto& path : files) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    struct stat st {};
+    ::fstat(fd, &st);
+    if (st.st_size > 0) {
+      void* map = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+      if (map != MAP_FAILED) {
+        std::vector<unsigned char> resident(static_cast<size_t>((st.st_size + page - 1) / page));
+        if (::mincore(map, static_cast<size_t>(st.st_size), resident.data()) == 0) {
+          for (unsigned char r : resident) cached += r & 1;
+        }
+        pages += static_cast<int64_t>(resident.size());
+        ::munmap(map, static_cast<size_t>(st.st_size));
+      }
+    }
+    ::close(fd);
+  }
+  return pages > 0 ? static_cast<double>(cached) / static_cast<double>(pages) : 0.0;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -101,11 +146,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   int runs = 5, threads = 0;
+  bool cold = false;
   std::string out_json;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--runs" && i + 1 < argc) runs = std::atoi(argv[++i]);
     else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (a == "--cold") cold = true;
     else if (a == "--out" && i + 1 < argc) out_json = argv[++i];
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
@@ -116,20 +163,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--runs must be >= 1 and --threads >= 0\n");
     return 2;
   }
-  // The checkpoint's size: the file, or a folder's .safetensors and .gguf files.
+  const std::vector<std::filesystem::path> files = checkpoint_files(argv[1]);
   double file_mib = 0;
-  std::error_code ec;
-  if (std::filesystem::is_regular_file(argv[1], ec)) {
-    file_mib = std::filesystem::file_size(argv[1]) / 1048576.0;
-  } else {
-    for (const auto& entry : std::filesystem::directory_iterator(argv[1], ec)) {
-      const std::string ext = entry.path().extension().string();
-      if (entry.is_regular_file() && (ext == ".safetensors" || ext == ".gguf")) file_mib += entry.file_size() / 1048576.0;
-    }
-  }
+  for (const auto& f : files) file_mib += std::filesystem::file_size(f) / 1048576.0;
   std::vector<Run> results;
   for (int r = 0; r < runs; ++r) {
     Run run;
+    if (cold) {
+      const double cached = drop_from_cache(files);
+      if (cached < 0) {
+        std::fprintf(stderr, "bench_cpu_load: cannot open the checkpoint's files to drop them from the cache\n");
+        return 1;
+      }
+      std::printf("run %d: %.1f%% of the checkpoint still cached\n", r + 1, 100 * cached);
+    }
     if (!run_child(argv[1], threads, &run)) {
       std::fprintf(stderr, "bench_cpu_load: run %d failed\n", r + 1);
       return 1;
@@ -150,7 +197,7 @@ int main(int argc, char** argv) {
     std::ofstream out(out_json);
     const std::string name = std::filesystem::path(argv[1]).filename().string();  // no folder: no machine's paths
     out << "{\"benchmark\":\"cpu-load\",\"model\":\"" << name << "\",\"file_mib\":" << file_mib
-        << ",\"threads\":" << results.front().threads << ",\"runs\":[";
+        << ",\"threads\":" << results.front().threads << ",\"cold\":" << (cold ? "true" : "false") << ",\"runs\":[";
     for (size_t i = 0; i < results.size(); ++i) {
       out << (i ? "," : "") << "{\"seconds\":" << results[i].seconds << ",\"peak_mib\":" << results[i].peak_mib
           << ",\"held_mib\":" << results[i].held_mib << "}";
