@@ -19,14 +19,6 @@ const CpuKernels& cpu_kernels() {
   return portable_kernels();
 }
 
-PackedWeights PackedWeights::pack(const float* w, int64_t n, int64_t k) {
-  DenseMatrixRef m;
-  m.rows = n;
-  m.cols = k;
-  m.data = reinterpret_cast<const uint8_t*>(w);
-  return pack({m}, k, nullptr);
-}
-
 PackedWeights PackedWeights::pack(const std::vector<DenseMatrixRef>& parts, int64_t k, ThreadPool* pool) {
   PackedWeights packed;
   packed.k = k;

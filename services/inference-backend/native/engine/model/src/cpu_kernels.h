@@ -22,7 +22,6 @@ struct PackedWeights {
   int64_t n = 0, k = 0;
   std::vector<float, UninitializedAllocator<float>> panels;  // (ceil(n / kPanel), k, kPanel)
 
-  static PackedWeights pack(const float* w, int64_t n, int64_t k);
   // The matrix whose rows are the parts' rows one after another (each of k columns), widened
   // to fp32 from where they lie (a safetensors file's mapping, say): no fp32 copy first. Runs
   // of panels go to the pool's threads (null: the caller's thread).
