@@ -292,9 +292,15 @@ struct CpuBackend::Impl {
     kv_dim = int64_t{config.num_kv_heads} * config.head_dim;
     qkv_dim = q_dim + 2 * kv_dim;
     const int64_t hidden = config.hidden_size;
+    // The load packs on every CPU the process may run on, as the KV pool is zeroed: the steps'
+    // `num_threads` may leave CPUs to others (the service's event loop), which are idle until
+    // the model is loaded.
+    std::unique_ptr<ThreadPool> wider;
+    if (pool.size() < ThreadPool::available_cpus()) wider = std::make_unique<ThreadPool>(0);
+    ThreadPool& loader = wider ? *wider : pool;
     if (auto it = s.blocks.find(kEmbedName); it != s.blocks.end()) {
       if (config.tie_word_embeddings) {
-        embed_panels = std::make_shared<const QuantPanels>(pack_panels(it->second.type, it->second.cols, {rows_ref(it->second)}, &pool));
+        embed_panels = std::make_shared<const QuantPanels>(pack_panels(it->second.type, it->second.cols, {rows_ref(it->second)}, &loader));
         lm_head.quant = embed_panels;
       } else {
         embed_quant = std::make_unique<const QuantMatrix>(copy_blocks(it->second));
@@ -303,19 +309,19 @@ struct CpuBackend::Impl {
     } else if (auto d = s.dense.find(kEmbedName); d != s.dense.end()) {
       const DenseMatrixRef& m = d->second;
       if (config.tie_word_embeddings) {
-        lm_head.f32 = PackedWeights::pack({m}, hidden, &pool);  // the token gather reads its rows too
+        lm_head.f32 = PackedWeights::pack({m}, hidden, &loader);  // the token gather reads its rows too
       } else if (auto own = s.owned_dense.find(kEmbedName); own != s.owned_dense.end()) {
         embed = std::move(*own->second);
       } else {
         embed.resize(static_cast<size_t>(m.rows * m.cols));
         const int64_t per_task = 256;
-        pool.parallel_for((m.rows + per_task - 1) / per_task, [&](int64_t t) {
+        loader.parallel_for((m.rows + per_task - 1) / per_task, [&](int64_t t) {
           for (int64_t r = t * per_task; r < std::min(m.rows, (t + 1) * per_task); ++r) m.to_f32(r, 0, m.cols, embed.data() + r * m.cols);
         });
       }
       s.done(d);
     }
-    if (!config.tie_word_embeddings) lm_head = fuse(s, {kLmHeadName}, hidden, pool);
+    if (!config.tie_word_embeddings) lm_head = fuse(s, {kLmHeadName}, hidden, loader);
     final_norm = std::move(weights.final_norm);
     for (int32_t l = 0; l < config.num_layers; ++l) {
       LayerWeights& w = weights.layers[l];
@@ -323,13 +329,13 @@ struct CpuBackend::Impl {
       CpuLayer layer;
       layer.input_norm = std::move(w.input_norm);
       layer.qkv = fuse(s, {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"},
-                       hidden, pool);
+                       hidden, loader);
       if (config.attention_bias) layer.qkv_bias = concat_rows({&w.q_bias, &w.k_bias, &w.v_bias});
-      layer.o_proj = fuse(s, {p + "self_attn.o_proj.weight"}, q_dim, pool);
+      layer.o_proj = fuse(s, {p + "self_attn.o_proj.weight"}, q_dim, loader);
       layer.o_bias = std::move(w.o_bias);
       layer.post_norm = std::move(w.post_attention_norm);
-      layer.gate_up = fuse(s, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, hidden, pool);
-      layer.down = fuse(s, {p + "mlp.down_proj.weight"}, config.intermediate_size, pool);
+      layer.gate_up = fuse(s, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, hidden, loader);
+      layer.down = fuse(s, {p + "mlp.down_proj.weight"}, config.intermediate_size, loader);
       layers.push_back(std::move(layer));
     }
     if (!s.blocks.empty()) {

@@ -21,6 +21,7 @@ enum class CpuKvDtype { kAuto, kFloat32, kFloat16 };
 
 struct CpuBackendOptions {
   int32_t num_threads = 0;  // threads computing a step, the caller's included; 0: every available CPU
+                            // (the load itself packs the weights on every available CPU)
   CpuKvDtype kv_dtype = CpuKvDtype::kAuto;
   LoadProgress progress{};  // the checkpoint's bytes read so far, for another thread (load_progress.h)
 };
