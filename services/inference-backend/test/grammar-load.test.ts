@@ -53,6 +53,12 @@ describe.skipIf(!tiny.path || !grammarBuilt)(`grammar vocabulary before the engi
     ).toMatch(/^Once upon a time/);
   });
 
+  it("reads and uses the model's own vocabulary in one call (engine.loadGrammar)", async () => {
+    const read = await engine.loadGrammar(json, []); // the model's own eos ids join these
+    expect(read.version).toMatch(/llguidance/);
+    expect((await engine.compileConstraint('regex', '[a-z]{1,4}')).compileSeconds).toBeGreaterThanOrEqual(0);
+  });
+
   it("refuses a vocabulary read for another size, or without the model's end-of-sequence id", async () => {
     const { vocabSize, eosTokenIds } = engine.info.model;
     const wider = await Engine.loadGrammar(json, vocabSize + 64, eosTokenIds);
