@@ -314,10 +314,7 @@ struct CpuBackend::Impl {
         embed = std::move(*own->second);
       } else {
         embed.resize(static_cast<size_t>(m.rows * m.cols));
-        const int64_t per_task = 256;
-        loader.parallel_for((m.rows + per_task - 1) / per_task, [&](int64_t t) {
-          for (int64_t r = t * per_task; r < std::min(m.rows, (t + 1) * per_task); ++r) m.to_f32(r, 0, m.cols, embed.data() + r * m.cols);
-        });
+        for_each_run(&loader, m.rows, 256, [&](int64_t first, int64_t last) { m.rows_to_f32(first, last, embed.data()); });
       }
       s.done(d);
     }

@@ -53,18 +53,10 @@ PackedWeights PackedWeights::pack(const std::vector<DenseMatrixRef>& parts, int6
         for (int64_t j = 0; j < kPanel; ++j) panel[(c0 + c) * kPanel + j] = strip[j][c];
     }
   };
-  // Runs of panels of about 256 KiB each.
-  const int64_t panels = packed.num_panels();
-  const int64_t per_task = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(k * kPanel, 1));
-  const int64_t tasks = (panels + per_task - 1) / per_task;
-  auto run = [&](int64_t t) {
-    for (int64_t p = t * per_task; p < std::min(panels, (t + 1) * per_task); ++p) pack_panel(p);
-  };
-  if (pool != nullptr && pool->size() > 1 && tasks > 1) {
-    pool->parallel_for(tasks, run);
-  } else {
-    for (int64_t t = 0; t < tasks; ++t) run(t);
-  }
+  // Runs of panels of about 256 KiB (64 Ki floats) each.
+  for_each_run(pool, packed.num_panels(), (int64_t{1} << 16) / std::max<int64_t>(k * kPanel, 1), [&](int64_t first, int64_t last) {
+    for (int64_t p = first; p < last; ++p) pack_panel(p);
+  });
   return packed;
 }
 

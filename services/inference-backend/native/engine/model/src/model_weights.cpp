@@ -40,11 +40,6 @@ DenseMatrixRef ref_of(const TensorInfo& info) {
   return m;
 }
 
-// Rows [first, last) of `m` into out (row-major fp32).
-void rows_to_f32(const DenseMatrixRef& m, int64_t first, int64_t last, float* out) {
-  for (int64_t r = first; r < last; ++r) m.to_f32(r, 0, m.cols, out + r * m.cols);
-}
-
 // Tensors a checkpoint may carry that the forward pass does not read.
 bool is_ignorable(const std::string& name) {
   if (name.find("rotary_emb.") != std::string::npos) return true;  // cached inv_freq / cos / sin
@@ -114,7 +109,7 @@ MappedModelWeights map_model_weights(const SafetensorsArchive& archive, const Mo
       mapped.matrices.emplace(slot.name, ref);
     } else {
       slot.target->resize(static_cast<size_t>(ref.rows * ref.cols));
-      rows_to_f32(ref, 0, ref.rows, slot.target->data());
+      ref.rows_to_f32(0, ref.rows, slot.target->data());
       progress.add(static_cast<int64_t>(info->nbytes));
     }
     used.insert(source_name);
@@ -144,7 +139,7 @@ ModelWeights load_model_weights(const std::filesystem::path& model_dir, const Mo
     const DenseMatrixRef& m = it->second;
     slot.target->resize(static_cast<size_t>(m.rows * m.cols));
     split_work(m.rows, threads_for(m.rows * m.cols * m.elem_bytes(), int64_t{1} << 22),
-               [&](int64_t first, int64_t last) { rows_to_f32(m, first, last, slot.target->data()); });
+               [&](int64_t first, int64_t last) { m.rows_to_f32(first, last, slot.target->data()); });
     progress.add(static_cast<int64_t>(m.tensor->nbytes));
   }
   return std::move(mapped.dense);

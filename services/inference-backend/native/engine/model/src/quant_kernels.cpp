@@ -148,17 +148,10 @@ QuantPanels pack_panels(QuantType type, int64_t cols, const std::vector<QuantRow
     std::memset(base + (out.panels() - 1) * out.panel_bytes(), 0, static_cast<size_t>(out.panel_bytes()));
   }
   // Runs of panels of about 256 KiB each, so a thread's writes stay in its cache.
-  const int64_t per_task = std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(out.panel_bytes(), 1));
-  const int64_t tasks = (out.panels() + per_task - 1) / per_task;
-  auto run = [&](int64_t t) {
-    const int64_t first = t * per_task * kPanelRows, last = std::min(out.rows, (t + 1) * per_task * kPanelRows);
-    for (int64_t j = first; j < last; ++j) pack_row(out, base, j, rows[static_cast<size_t>(j)]);
-  };
-  if (pool != nullptr && pool->size() > 1 && tasks > 1) {
-    pool->parallel_for(tasks, run);
-  } else {
-    for (int64_t t = 0; t < tasks; ++t) run(t);
-  }
+  const int64_t per_run = (int64_t{1} << 18) / std::max<int64_t>(out.panel_bytes(), 1);
+  for_each_run(pool, out.panels(), per_run, [&](int64_t first, int64_t last) {
+    for (int64_t j = first * kPanelRows; j < std::min(out.rows, last * kPanelRows); ++j) pack_row(out, base, j, rows[static_cast<size_t>(j)]);
+  });
   out.data = std::move(bytes);
   return out;
 }

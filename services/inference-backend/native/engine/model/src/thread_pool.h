@@ -56,4 +56,18 @@ class ThreadPool {
   std::condition_variable wake_;
 };
 
+// fn(first, last) over [0, n) in runs of `per_run` items (the last shorter), the runs shared
+// among the pool's threads; with no pool, or a pool of one, the caller runs them in order.
+template <class Fn>
+void for_each_run(ThreadPool* pool, int64_t n, int64_t per_run, Fn&& fn) {
+  per_run = per_run < 1 ? 1 : per_run;
+  const int64_t runs = (n + per_run - 1) / per_run;
+  auto run = [&](int64_t t) { fn(t * per_run, (t + 1) * per_run < n ? (t + 1) * per_run : n); };
+  if (pool != nullptr && pool->size() > 1 && runs > 1) {
+    pool->parallel_for(runs, run);
+  } else {
+    for (int64_t t = 0; t < runs; ++t) run(t);
+  }
+}
+
 }  // namespace strata

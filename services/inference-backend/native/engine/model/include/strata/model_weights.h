@@ -76,6 +76,10 @@ struct DenseMatrixRef {
   int64_t elem_bytes() const { return dtype == Dtype::kF32 ? 4 : 2; }
   // out[0, n) = values [first, first + n) of row r, widened to fp32 (exactly).
   void to_f32(int64_t r, int64_t first, int64_t n, float* out) const;
+  // Rows [first, last) widened into `matrix` (the whole matrix, row-major fp32) at their places.
+  void rows_to_f32(int64_t first, int64_t last, float* matrix) const {
+    for (int64_t r = first; r < last; ++r) to_f32(r, 0, cols, matrix + r * cols);
+  }
 };
 
 // load_model_weights without converting the matrices: `dense` holds the 1-D tensors (norms,
