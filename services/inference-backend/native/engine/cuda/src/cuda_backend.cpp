@@ -238,8 +238,38 @@ class WeightUploader {
     const int64_t per_chunk = int64_t(kChunk / size);
     for (int64_t first = 0; first < elems; first += per_chunk) {
       const int64_t n = std::min(per_chunk, elems - first);
-      const int s = next_slot(static_cast<const char*>(src) + first * int64_t(size), size_t(n) * size);
+      const char* from = static_cast<const char*>(src) + first * int64_t(size);
+      const int s = next_slot(size_t(n) * size, [&](char* to) { copy_split(to, from, n * int64_t(size)); });
       cuda::convert(src_dtype, raw_[s].as(), dtype_, static_cast<char*>(dst) + first * int64_t(esize), n, stream_);
+      record(s);
+    }
+  }
+  // A matrix converted on the device into the backend's dtype at dst, from where its rows lie:
+  // in one piece, or (a GGUF file's q and k, whose rows the file permutes) gathered row by row
+  // into the staging buffer in the Hugging Face order, by threads (4 MB or more each).
+  void convert(const DenseMatrixRef& m, void* dst) {
+    const DType src_dtype = m.dtype == DenseMatrixRef::Dtype::kF32    ? DType::kF32
+                            : m.dtype == DenseMatrixRef::Dtype::kBF16 ? DType::kBF16
+                                                                      : DType::kF16;
+    if (m.file_rows.empty()) {
+      convert(m.data, src_dtype, m.rows * m.cols, dst);
+      return;
+    }
+    const int64_t row_bytes = m.row_bytes(), esize = int64_t(cuda::dtype_size(dtype_));
+    if (row_bytes > int64_t(kChunk)) {
+      throw cuda::CudaError("a weight of " + std::to_string(m.cols) + " columns has rows larger than the " +
+                            std::to_string(kChunk >> 20) + " MiB staging buffer");
+    }
+    const int64_t per_chunk = int64_t(kChunk) / row_bytes;
+    for (int64_t first = 0; first < m.rows; first += per_chunk) {
+      const int64_t n = std::min(per_chunk, m.rows - first);
+      const int s = next_slot(size_t(n * row_bytes), [&](char* to) {
+        split_work(n, threads_for(n * row_bytes, int64_t{1} << 22), [&](int64_t a, int64_t b) {
+          for (int64_t r = a; r < b; ++r) std::memcpy(to + r * row_bytes, m.row(first + r), size_t(row_bytes));
+        });
+      });
+      cuda::convert(src_dtype, raw_[s].as(), dtype_, static_cast<char*>(dst) + first * m.cols * esize, n * m.cols,
+                    stream_);
       record(s);
     }
   }
@@ -289,13 +319,14 @@ class WeightUploader {
     if (in_flight_[s]) cuda::check(cudaEventSynchronize(done_[s]), "waiting for a weight chunk");
     return s;
   }
-  // Stages `n` bytes in the next slot and copies them to `to`, or to the slot's device buffer
-  // for a conversion. The staging copy is split among threads (4 MB or more each): out of a
-  // mapped checkpoint its page faults and copying then share the CPUs.
-  int next_slot(const char* src, size_t n, void* to = nullptr) {
+  // The next slot's staging buffer filled with `n` bytes by fill(buffer) and copied to the slot's
+  // device buffer, for a conversion. Out of a mapped checkpoint, the fill's page faults and
+  // copying share the CPUs (copy_split).
+  template <class Fill>
+  int next_slot(size_t n, const Fill& fill) {
     const int s = take_slot();
-    copy_split(staging_[s].as(), src, int64_t(n));
-    cuda::check(cudaMemcpyAsync(to != nullptr ? to : raw_[s].as(), staging_[s].as(), n, cudaMemcpyHostToDevice, stream_),
+    fill(staging_[s].as<char>());
+    cuda::check(cudaMemcpyAsync(raw_[s].as(), staging_[s].as(), n, cudaMemcpyHostToDevice, stream_),
                 "copying weights to the GPU");
     load_.bytes += int64_t(n);
     return s;
@@ -314,13 +345,6 @@ class WeightUploader {
   bool in_flight_[2] = {false, false};
   int slot_ = 0;
 };
-
-// The fp32 values of a checkpoint matrix `name`: its ModelWeights member, or its GGUF blocks
-// dequantized exactly.
-std::vector<float> dense_values(const GgufWeights& w, const std::string& name, const std::vector<float>& member) {
-  const auto it = w.blocks.find(name);
-  return it == w.blocks.end() ? member : dequantize(copy_blocks(it->second));
-}
 
 }  // namespace
 
@@ -489,18 +513,19 @@ struct CudaBackend::Impl {
   }
 
   // A GGUF file: its tensors through the CPU loader's mapping (names, shapes and the q/k row
-  // order of llama.cpp undone, map_gguf_weights): the float tensors read, the quantized ones
-  // repacked from the file's mapping on their way to the device. A fused weight (q/k/v,
-  // gate/up) whose parts are all blocks of one type stays quantized, as does o_proj, down and
-  // the output projection (the tied embedding's blocks too); the embedding table for the gather
-  // is dense. In fp32, and for a fused weight whose parts differ, the blocks are dequantized
-  // exactly and converted to the dtype, as float tensors are.
+  // order of llama.cpp undone, map_gguf_weights): the norms and biases read, the matrices taken
+  // from the file's mapping on their way to the device: F32/F16/BF16 ones staged as they are
+  // (q and k gathered into the Hugging Face row order) and converted on the device, quantized
+  // ones repacked. A fused weight (q/k/v, gate/up) whose parts are all blocks of one type stays
+  // quantized, as does o_proj, down and the output projection (the tied embedding's blocks too);
+  // the embedding table for the gather is dense. In fp32, and for a fused weight whose parts
+  // differ, the blocks are dequantized exactly on the host and converted to the dtype.
   void load_gguf(const GgufFile& file) {
     using Clock = std::chrono::steady_clock;
     const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
     const auto read_started = Clock::now();
     options.progress.start(gguf_tensor_bytes(file));
-    GgufWeights mapped = map_gguf_weights(file, config, options.progress);  // the quantized matrices stay in the file
+    GgufWeights mapped = map_gguf_weights(file, config, options.progress);  // the matrices stay in the file
     ModelWeights& w = mapped.dense;
     load.read_seconds = seconds_since(read_started);
     const bool keep_blocks = dtype != DType::kF32;
@@ -546,10 +571,11 @@ struct CudaBackend::Impl {
       load.host_seconds += seconds_since(started);
       return result;
     };
-    // A quantized tensor's blocks are handled (repacked, or dequantized): counted in the load's
-    // progress (float tensors were, as map_gguf_weights read them).
-    const auto count_blocks = [&](const std::string& name) {
-      if (const auto it = mapped.blocks.find(name); it != mapped.blocks.end()) options.progress.add(int64_t(it->second.tensor->nbytes));
+    // A matrix is on its way (its bytes staged, repacked or dequantized): counted in the load's
+    // progress, and the file's pages let go.
+    const auto done = [&](const GgufTensor& t) {
+      options.progress.add(int64_t(t.nbytes));
+      file.release(t);
     };
     // Quantized blocks in the GPU layout at `dst`: the row blocks of `names`, in order (a fused
     // weight's parts), repacked from the file's mapping on their way to the device; the file's
@@ -561,35 +587,39 @@ struct CudaBackend::Impl {
         parts.push_back({b.data, b.rows, b.file_rows.empty() ? nullptr : b.file_rows.data()});
       }
       up.repack(dst, parts);
-      for (const std::string& name : names) {
-        count_blocks(name);
-        file.release(*mapped.blocks.at(name).tensor);
+      for (const std::string& name : names) done(*mapped.blocks.at(name).tensor);
+    };
+    // The matrix `name` dense in the dtype at `dst`: a float matrix converted on the device from
+    // where it lies, blocks dequantized on the host. Returns the bytes written.
+    const auto dense_to = [&](const std::string& name, void* dst) -> int64_t {
+      if (const auto it = mapped.matrices.find(name); it != mapped.matrices.end()) {
+        up.convert(it->second, dst);
+        done(*it->second.gguf_tensor);
+        return it->second.rows * it->second.cols * int64_t(esize);
       }
+      const GgufBlocks& b = mapped.blocks.at(name);
+      const std::vector<float> values = on_host([&] { return dequantize(copy_blocks(b)); });
+      up.convert(values.data(), DType::kF32, int64_t(values.size()), dst);
+      done(*b.tensor);
+      return int64_t(values.size()) * int64_t(esize);
     };
     // A linear weight from its parts (row blocks in order): their blocks repacked, or their
     // values one after another.
-    const auto linear = [&](const Linear& dst, std::initializer_list<std::pair<std::string, const std::vector<float>*>> parts) {
+    const auto linear = [&](const Linear& dst, const std::vector<std::string>& names) {
       if (dst.quantized()) {
-        std::vector<std::string> names;
-        for (const auto& part : parts) names.push_back(part.first);
         blocks_to(dst.quant, names);
         return;
       }
       char* at = static_cast<char*>(dst.dense);
-      for (const auto& [name, member] : parts) {
-        const std::vector<float> values = on_host([&] { return dense_values(mapped, name, *member); });
-        up.convert(values.data(), DType::kF32, int64_t(values.size()), at);
-        count_blocks(name);
-        at += values.size() * esize;
-      }
+      for (const std::string& name : names) at += dense_to(name, at);
     };
     // The embedding table for the gather, dense in the dtype. Its blocks, when the file has it
     // quantized and the dtype keeps blocks, go to the device as they are and are dequantized
     // there (the same values: d·q (+ m) in fp32 rounded once, as dequantize then convert); a
-    // tied output projection kept quantized already holds them. Else its values are widened on
-    // the host (2.1 GB of fp32 for Llama 3's 128k x 4096 table) and converted on the device.
+    // tied output projection kept quantized already holds them. Else, blocks (fp32) are
+    // dequantized on the host, a float table converted on the device.
     DeviceMemory embed_blocks;  // until up.finish(): the dequantizing kernel reads it
-    if (lm_head.quantized() || lm_head.dense != embed) linear(lm_head, {{head_name, &w.lm_head}});
+    if (lm_head.quantized() || lm_head.dense != embed) linear(lm_head, {head_name});
     if (const auto it = mapped.blocks.find(kEmbedName); keep_blocks && it != mapped.blocks.end()) {
       cuda::QuantWeight table{it->second.type, int32_t(it->second.rows), int32_t(it->second.cols), nullptr};
       if (lm_head.quantized() && head_name == kEmbedName) {
@@ -602,9 +632,7 @@ struct CudaBackend::Impl {
       }
       cuda::quant_dequantize(table, dtype, embed, stream);
     } else {
-      const std::vector<float> table = on_host([&] { return dense_values(mapped, kEmbedName, w.embed_tokens); });
-      up.convert(table.data(), DType::kF32, int64_t(table.size()), embed);
-      count_blocks(kEmbedName);
+      dense_to(kEmbedName, embed);
     }
     floats(w.final_norm, final_norm);
     for (int32_t i = 0; i < config.num_layers; ++i) {
@@ -612,23 +640,21 @@ struct CudaBackend::Impl {
       LayerWeights& lw = w.layers[i];
       const std::string p = "model.layers." + std::to_string(i) + ".";
       floats(lw.input_norm, l.input_norm);
-      linear(l.qkv, {{p + "self_attn.q_proj.weight", &lw.q_proj},
-                     {p + "self_attn.k_proj.weight", &lw.k_proj},
-                     {p + "self_attn.v_proj.weight", &lw.v_proj}});
+      linear(l.qkv, {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"});
       if (l.qkv_bias) {
         floats(lw.q_bias, l.qkv_bias);
         floats(lw.k_bias, row(l.qkv_bias, q_dim, 1));
         floats(lw.v_bias, row(l.qkv_bias, q_dim + kv_dim, 1));
       }
-      linear(l.o_proj, {{p + "self_attn.o_proj.weight", &lw.o_proj}});
+      linear(l.o_proj, {p + "self_attn.o_proj.weight"});
       if (l.o_bias) floats(lw.o_bias, l.o_bias);
       floats(lw.post_attention_norm, l.post_norm);
-      linear(l.gate_up, {{p + "mlp.gate_proj.weight", &lw.gate_proj}, {p + "mlp.up_proj.weight", &lw.up_proj}});
-      linear(l.down, {{p + "mlp.down_proj.weight", &lw.down_proj}});
-      lw = LayerWeights();  // the host copy of a layer goes once it is on the device
+      linear(l.gate_up, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"});
+      linear(l.down, {p + "mlp.down_proj.weight"});
+      lw = LayerWeights();  // the layer's norms and biases
     }
     up.finish();
-    load.bytes = 0;  // the file's bytes, not the widened fp32 values staged
+    load.bytes = 0;  // the file's bytes, not the bytes staged (blocks dequantized to fp32)
     for (const GgufTensor& t : file.tensors()) load.bytes += int64_t(t.nbytes);
   }
 

@@ -8,7 +8,8 @@
 // lists that core's CPU Sampler gives on the same backend's logits.
 // A GGUF model of fp32 tensors (tinystories-656k-gguf) is also written out quantized, Q8_0, Q4_0,
 // Q4_1 and a Q4_1/Q8_0 mix, and each copy run with its blocks kept on the device (bf16, the
-// quantized GEMMs) against the same file in fp32 (blocks dequantized exactly) and the CPU backend.
+// quantized GEMMs) against the same file in fp32 (blocks dequantized exactly) and the CPU backend;
+// and in F16 and BF16 (check_float_copy).
 //   check_cuda_backend <model dir or .gguf>...   (e.g. tinystories-656k and a converted stories260K)
 #include <algorithm>
 #include <cmath>
@@ -359,12 +360,8 @@ uint32_t ggml_type_of(QuantType type) {
   return type == QuantType::Q4_0 ? 2u : type == QuantType::Q4_1 ? 3u : 8u;
 }
 
-// `source` (fp32 tensors) written to `out` with every matrix quantized: `type`, or `mixed` for
-// the v projections and the down projections (a fused q/k/v of two types, a down of its own).
-// `untie`: the tied embedding also written as output.weight (the output projection's own blocks,
-// so the embedding table's are uploaded apart for the gather's dequantization).
-void write_quantized(const GgufFile& source, QuantType type, std::optional<QuantType> mixed,
-                     const std::filesystem::path& out, bool untie = false) {
+// A writer holding `source`'s model metadata (the keys a llama GGUF's config reads).
+strata_test::GgufWriter with_metadata(const GgufFile& source) {
   strata_test::GgufWriter w;
   w.str("general.architecture", source.get_string("general.architecture"));
   for (const char* key : {"llama.block_count", "llama.embedding_length", "llama.feed_forward_length",
@@ -374,6 +371,16 @@ void write_quantized(const GgufFile& source, QuantType type, std::optional<Quant
     if (source.has(key)) w.u32(key, uint32_t(source.get_int(key)));
   for (const char* key : {"llama.attention.layer_norm_rms_epsilon", "llama.rope.freq_base"})
     if (source.has(key)) w.f32(key, float(source.get_float(key)));
+  return w;
+}
+
+// `source` (fp32 tensors) written to `out` with every matrix quantized: `type`, or `mixed` for
+// the v projections and the down projections (a fused q/k/v of two types, a down of its own).
+// `untie`: the tied embedding also written as output.weight (the output projection's own blocks,
+// so the embedding table's are uploaded apart for the gather's dequantization).
+void write_quantized(const GgufFile& source, QuantType type, std::optional<QuantType> mixed,
+                     const std::filesystem::path& out, bool untie = false) {
+  strata_test::GgufWriter w = with_metadata(source);
   for (const GgufTensor& t : source.tensors()) {
     if (t.type != 0) throw std::runtime_error(t.name + " is not F32: quantized copies start from fp32 tensors");
     strata_test::GgufWriter::Tensor q{t.name, std::vector<uint64_t>(t.dims.begin(), t.dims.end()), 0u, {}};
@@ -399,6 +406,68 @@ void write_quantized(const GgufFile& source, QuantType type, std::optional<Quant
     w.tensor(std::move(q));
   }
   std::ofstream(out, std::ios::binary) << w.build();
+}
+
+// `source` (fp32 tensors) written to `out` with every matrix in F16 (`bf16` false) or BF16,
+// rounded to nearest even; the norms stay F32, as converters write them.
+void write_float(const GgufFile& source, bool bf16, const std::filesystem::path& out) {
+  strata_test::GgufWriter w = with_metadata(source);
+  for (const GgufTensor& t : source.tensors()) {
+    if (t.type != 0) throw std::runtime_error(t.name + " is not F32: float copies start from fp32 tensors");
+    strata_test::GgufWriter::Tensor c{t.name, std::vector<uint64_t>(t.dims.begin(), t.dims.end()), 0u, {}};
+    if (t.dims.size() != 2) {
+      c.bytes.assign(reinterpret_cast<const char*>(t.data), t.nbytes);
+    } else {
+      c.type = bf16 ? 30u : 1u;
+      const auto* x = reinterpret_cast<const float*>(t.data);
+      for (int64_t i = 0; i < t.elements(); ++i) {
+        const uint16_t h = bf16 ? f32_to_bf16(x[i]) : f32_to_f16(x[i]);
+        c.bytes.append(reinterpret_cast<const char*>(&h), 2);
+      }
+    }
+    w.tensor(std::move(c));
+  }
+  std::ofstream(out, std::ios::binary) << w.build();
+}
+
+// A float copy of `source` (F16 or BF16 matrices, q and k in the file's permuted row order), its
+// matrices staged from the file's mapping and converted on the device: in its own dtype it must
+// give the source file's run in that dtype bit for bit (the device rounds the fp32 values to the
+// same halves the copy holds), and in fp32 the CPU backend's greedy tokens on the same copy (its
+// halves widened exactly on both). The load's progress counts the copy's tensor bytes.
+void check_float_copy(Report& report, const std::filesystem::path& source, const std::filesystem::path& copy,
+                      const std::string& name, bool bf16) {
+  CpuBackend cpu(copy);
+  const Schedule s = random_schedule(cpu.config(), 4, 40, 2, 16);
+  CudaBackendOptions options;
+  options.max_batch_tokens = 256;
+  options.max_seqs = 8;
+  options.dtype = bf16 ? cuda::DType::kBF16 : cuda::DType::kF16;
+  Run from_source;
+  {
+    CudaBackend from(source, options);
+    from_source = greedy(from, s);
+  }
+  int64_t progress[2] = {-1, -1};
+  options.progress = LoadProgress(progress);
+  CudaBackend half(copy, options);
+  const Run got = greedy(half, s);
+  const int64_t bytes = gguf_tensor_bytes(GgufFile::open(copy));
+  const char* label = bf16 ? "bf16" : "f16";
+  report.add_exact("float gguf load progress", label, name + " (" + std::to_string(bytes) + " tensor bytes)",
+                   progress[0] == bytes && progress[1] == bytes);
+  report.add_exact("float gguf == fp32 gguf", label, name + " (tokens, margins, logits, bit for bit)",
+                   got.tokens == from_source.tokens && got.margins == from_source.margins &&
+                       got.first_logits == from_source.first_logits && got.second_logits == from_source.second_logits);
+  options.dtype = cuda::DType::kF32;
+  options.progress = {};
+  CudaBackend exact(copy, options);
+  const Run ref = greedy(cpu, s), on_gpu = greedy(exact, s);
+  std::string note;
+  const bool same = same_tokens(ref, on_gpu, &note);
+  report.add_exact("float gguf greedy == cpu", "f32", name + (note.empty() ? "" : " (" + note + ")"), same);
+  report.add("float gguf prompt logits vs cpu", "f32", name, compare(prompt_logits<double>(ref), prompt_logits<float>(on_gpu)),
+             1e-4);
 }
 
 // One quantized copy: bf16 with the blocks on the device against the same file in fp32 (blocks
@@ -773,6 +842,12 @@ int main(int argc, char** argv) {
       // The mixed file's q/k/v is dense: the dense GEMV's fused RoPE at batch 1.
       check_quantized(report, out, name + " " + v.label, v.bf16_format, v.f32_format,
                       v.mixed ? "q/k/v gemv_qkv_rope, gate/up quant_gemm_swiglu" : fused);
+    }
+    // And its F16 and BF16 copies.
+    for (const bool bf16 : {false, true}) {
+      const std::filesystem::path out = tmp / (bf16 ? "BF16.gguf" : "F16.gguf");
+      write_float(file, bf16, out);
+      check_float_copy(report, source.path, out, name + (bf16 ? " BF16" : " F16"), bf16);
     }
     std::filesystem::remove_all(tmp);
   }

@@ -79,17 +79,16 @@ std::vector<float> concat_rows(std::initializer_list<std::vector<float>*> parts)
 }
 
 // The matrices a load packs, by Hugging Face name, where they lie: quantized blocks (a GGUF
-// file's mapping, or a ModelWeights' own QuantMatrix) and floating-point rows (a safetensors
-// file's mapping, or a ModelWeights' fp32 vectors). The panels are packed from there with no
+// file's mapping, or a ModelWeights' own QuantMatrix) and floating-point rows (a safetensors or
+// GGUF file's mapping, or a ModelWeights' fp32 vectors). The panels are packed from there with no
 // copy first. Once a matrix is packed, a file's pages are released and `progress` counts its
-// bytes (a GGUF's float matrices were counted as map_gguf_weights read them), and a
-// ModelWeights' own copy is freed.
+// bytes, and a ModelWeights' own copy is freed.
 struct WeightSources {
   using BlocksMap = std::unordered_map<std::string, GgufBlocks>;
   using DenseMap = std::unordered_map<std::string, DenseMatrixRef>;
   BlocksMap blocks;
   DenseMap dense;
-  const GgufFile* gguf = nullptr;  // where `blocks` lie, when in a file
+  const GgufFile* gguf = nullptr;  // where `blocks` (and `dense`, if not in a safetensors file) lie, when in a file
   LoadProgress progress{};
   std::unordered_map<std::string, QuantMatrix>* owned_blocks = nullptr;
   std::unordered_map<std::string, std::vector<float>*> owned_dense;
@@ -106,6 +105,10 @@ struct WeightSources {
     if (const TensorInfo* t = it->second.tensor; t != nullptr) {
       progress.add(static_cast<int64_t>(t->nbytes));
       t->file->release(t->data, t->nbytes);
+    }
+    if (const GgufTensor* t = it->second.gguf_tensor; t != nullptr && gguf != nullptr) {
+      progress.add(static_cast<int64_t>(t->nbytes));
+      gguf->release(*t);
     }
     if (auto o = owned_dense.find(it->first); o != owned_dense.end()) {
       std::vector<float>().swap(*o->second);
@@ -586,14 +589,15 @@ struct CpuBackend::Impl {
 CpuBackend::CpuBackend(const std::filesystem::path& model_path, CpuBackendOptions options) {
   const ModelSource source = resolve_model_source(model_path);
   if (source.kind == ModelSource::Kind::kGguf) {
-    // The float tensors are read out; the quantized matrices are packed into panels straight
-    // from the file's mapping, which is unmapped once they are.
+    // The norms and biases are read out; the matrices are packed into panels straight from the
+    // file's mapping (floating-point ones widened to fp32 as they are), unmapped once they are.
     const GgufFile file = GgufFile::open(source.path);
     ModelConfig config = gguf_model_config(file);
     options.progress.start(gguf_tensor_bytes(file));
     GgufWeights mapped = map_gguf_weights(file, config, options.progress);
     WeightSources s;
     s.blocks = std::move(mapped.blocks);
+    s.dense = std::move(mapped.matrices);
     s.gguf = &file;
     s.progress = options.progress;
     impl_ = std::make_unique<Impl>(std::move(config), std::move(mapped.dense), options, &s);

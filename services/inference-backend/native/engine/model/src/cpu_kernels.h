@@ -83,6 +83,9 @@ struct CpuKernels {
   // dst[i] = src[i] as an IEEE half, rounded to nearest even (f32_to_f16's result, 8 at a time
   // with F16C): the f16 KV cache's writes.
   void (*to_half)(const float* src, uint16_t* dst, int64_t n);
+  // dst[i] = src[i], an IEEE half widened exactly (f16_to_f32's result, 8 at a time with F16C):
+  // a checkpoint's F16 matrices, as they are packed.
+  void (*from_half)(const uint16_t* src, float* dst, int64_t n);
 };
 
 const CpuKernels& portable_kernels();

@@ -50,7 +50,7 @@ struct Vec {
 namespace strata {
 
 const CpuKernels& avx2_kernels() {
-  static const CpuKernels kernels = {"avx2+fma", gemm_impl, silu_mul_impl, attend_impl, to_half_impl};
+  static const CpuKernels kernels = {"avx2+fma", gemm_impl, silu_mul_impl, attend_impl, to_half_impl, from_half_impl};
   return kernels;
 }
 

@@ -304,6 +304,12 @@ void to_half_impl(const float* src, uint16_t* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = strata::f32_to_f16(src[i]);
 }
 
+void from_half_impl(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) Vec::store(dst + i, Vec::load_half(src + i));
+  for (; i < n; ++i) dst[i] = strata::f16_to_f32(src[i]);
+}
+
 void attend_impl(const strata::AttendArgs& a) {
   if (a.kv_f16) attend_typed<uint16_t>(a);
   else attend_typed<float>(a);

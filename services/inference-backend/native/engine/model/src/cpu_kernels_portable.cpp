@@ -60,7 +60,7 @@ struct Vec {
 namespace strata {
 
 const CpuKernels& portable_kernels() {
-  static const CpuKernels kernels = {"portable", gemm_impl, silu_mul_impl, attend_impl, to_half_impl};
+  static const CpuKernels kernels = {"portable", gemm_impl, silu_mul_impl, attend_impl, to_half_impl, from_half_impl};
   return kernels;
 }
 

@@ -76,6 +76,14 @@ QuantType quant_type_of(uint32_t ggml_type) {
   }
 }
 
+DenseMatrixRef::Dtype dense_dtype(uint32_t ggml_type) {
+  switch (static_cast<GgmlType>(ggml_type)) {
+    case GgmlType::kF16: return DenseMatrixRef::Dtype::kF16;
+    case GgmlType::kBF16: return DenseMatrixRef::Dtype::kBF16;
+    default: return DenseMatrixRef::Dtype::kF32;
+  }
+}
+
 bool is_quantized(uint32_t ggml_type) {
   const auto t = static_cast<GgmlType>(ggml_type);
   return t == GgmlType::kQ4_0 || t == GgmlType::kQ4_1 || t == GgmlType::kQ8_0;
@@ -193,17 +201,24 @@ GgufWeights map_gguf_weights(const GgufFile& file, const ModelConfig& config, co
       mapped.blocks.emplace(slot.name, std::move(b));
       continue;
     }
-    // fp32 (a bias or norm is one row of `cols`; a permuted bias is permuted element-wise).
+    if (shape.size() == 2) {
+      DenseMatrixRef m;
+      m.rows = rows;
+      m.cols = cols;
+      m.data = t->data;
+      m.dtype = dense_dtype(t->type);
+      m.file_rows = std::move(source_row);
+      m.gguf_tensor = t;
+      mapped.matrices.emplace(slot.name, std::move(m));
+      continue;
+    }
+    // A bias or norm, in fp32 (a permuted bias is permuted value by value).
     std::vector<float>& out = *slot.target;
-    out.resize(static_cast<size_t>(rows * cols));
-    for (int64_t r = 0; r < rows; ++r) row_to_f32(*t, r, out.data() + r * cols);
+    out.resize(static_cast<size_t>(cols));
+    row_to_f32(*t, 0, out.data());
     if (permuted) {
       const std::vector<float> original = out;
-      const int64_t unit = shape.size() == 2 ? cols : 1;  // a row of a matrix, or one bias value
-      const int64_t units = static_cast<int64_t>(original.size()) / unit;
-      for (int64_t u = 0; u < units; ++u) {
-        std::copy(original.begin() + source_row[u] * unit, original.begin() + (source_row[u] + 1) * unit, out.begin() + u * unit);
-      }
+      for (int64_t u = 0; u < cols; ++u) out[u] = original[source_row[u]];
     }
     progress.add(static_cast<int64_t>(t->nbytes));
     file.release(*t);
@@ -237,6 +252,16 @@ QuantMatrix copy_blocks(const GgufBlocks& b) {
 ModelWeights load_gguf_weights(const GgufFile& file, const ModelConfig& config, const LoadProgress& progress) {
   progress.start(gguf_tensor_bytes(file));
   GgufWeights mapped = map_gguf_weights(file, config, progress);
+  for (TensorSlot& slot : tensor_slots(config, &mapped.dense)) {
+    const auto it = mapped.matrices.find(slot.name);
+    if (it == mapped.matrices.end()) continue;
+    const DenseMatrixRef& m = it->second;
+    slot.target->resize(static_cast<size_t>(m.rows * m.cols));
+    split_work(m.rows, threads_for(m.rows * m.row_bytes(), int64_t{1} << 22),
+               [&](int64_t first, int64_t last) { m.rows_to_f32(first, last, slot.target->data()); });
+    progress.add(static_cast<int64_t>(m.gguf_tensor->nbytes));
+    file.release(*m.gguf_tensor);
+  }
   for (auto& [name, blocks] : mapped.blocks) {
     mapped.dense.quantized.emplace(name, copy_blocks(blocks));
     progress.add(static_cast<int64_t>(blocks.tensor->nbytes));

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <unordered_set>
 
+#include "cpu_kernels.h"
 #include "strata/float_convert.h"
 #include "strata/model_error.h"
 #include "strata/safetensors.h"
@@ -60,7 +61,7 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& config) {
 }
 
 void DenseMatrixRef::to_f32(int64_t r, int64_t first, int64_t n, float* out) const {
-  const uint8_t* src = data + (r * cols + first) * elem_bytes();
+  const uint8_t* src = row(r) + first * elem_bytes();
   if (dtype == Dtype::kF32) {
     std::memcpy(out, src, static_cast<size_t>(n) * 4);
     return;
@@ -71,6 +72,10 @@ void DenseMatrixRef::to_f32(int64_t r, int64_t first, int64_t n, float* out) con
       std::memcpy(&h, src + 2 * i, 2);
       out[i] = bf16_to_f32(h);
     }
+    return;
+  }
+  if (reinterpret_cast<uintptr_t>(src) % 2 == 0) {  // halves at their alignment: F16C where the CPU has it
+    cpu_kernels().from_half(reinterpret_cast<const uint16_t*>(src), out, n);
     return;
   }
   for (int64_t i = 0; i < n; ++i) {

@@ -279,6 +279,27 @@ TEST_CASE("cpu kernels: to_half rounds as f32_to_f16, bit for bit, in every kern
   }
 }
 
+TEST_CASE("cpu kernels: from_half widens every half as f16_to_f32, bit for bit, in every kernel set") {
+  // All 65,536 halves (subnormals, infinities, both zeros), then runs that end off a multiple of
+  // 8 so the scalar tail is used too. A NaN stays a NaN (F16C quiets a signalling one).
+  std::vector<uint16_t> src(65536);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint16_t>(i);
+  for (const CpuKernels* k : {&portable_kernels(), &cpu_kernels()}) {
+    for (const size_t n : {src.size(), size_t{13}, size_t{8}, size_t{3}}) {
+      std::vector<float> got(n, 42.0f);
+      k->from_half(src.data() + 1, got.data(), static_cast<int64_t>(n - 1));
+      size_t same = 0;
+      for (size_t i = 0; i + 1 < n; ++i) {
+        const float want = f16_to_f32(src[i + 1]);
+        same += std::isnan(want) ? std::isnan(got[i]) : std::memcmp(&got[i], &want, 4) == 0;
+      }
+      if (same != n - 1) std::printf("  %s: %zu of %zu differ\n", k->isa, n - 1 - same, n - 1);
+      CHECK_EQ(same, n - 1);
+      CHECK(got[n - 1] == 42.0f);  // nothing written past n
+    }
+  }
+}
+
 TEST_CASE("cpu kernels: panels packed from F32, F16 and BF16 parts where they lie hold each value at its place") {
   // What the CPU backend's safetensors load does: q, k and v in the checkpoint's dtype, fused
   // and widened as they are packed, runs of panels on a pool's threads. Panel p must hold row

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <tuple>
 
 #include "check.h"
 #include "cpu_kernels.h"
@@ -167,7 +168,7 @@ TEST_CASE("gguf: q and k rows are put back in Hugging Face order, quantized or n
     for (int i = 0; i < 8; ++i) CHECK(std::memcmp(k.row(j * 8 + i), gguf_k.data() + (2 * i + j) * 20, 20) == 0);
 }
 
-TEST_CASE("gguf: map_gguf_weights leaves the blocks in the file, in the same rows load_gguf_weights copies") {
+TEST_CASE("gguf: map_gguf_weights leaves the matrices in the file, in the same rows load_gguf_weights copies") {
   TempDir dir("gguf");
   GgufFile file = GgufFile::open(write(dir, tiny_model().build()));
   const ModelConfig c = gguf_model_config(file);
@@ -175,10 +176,27 @@ TEST_CASE("gguf: map_gguf_weights leaves the blocks in the file, in the same row
   const GgufWeights mapped = map_gguf_weights(file, c);
   CHECK(mapped.dense.quantized.empty());
   CHECK_EQ(mapped.blocks.size(), copied.quantized.size());
-  CHECK(mapped.dense.layers[0].o_proj == copied.layers[0].o_proj);  // F16 widened either way
-  CHECK(mapped.dense.layers[0].q_proj == copied.layers[0].q_proj);  // F32, rows put back in order
   const uint8_t* begin = file.tensors().front().data;
   const uint8_t* end = file.tensors().back().data + file.tensors().back().nbytes;
+  // The float matrices: o_proj F16, q_proj F32 with its rows permuted in the file. Their members
+  // stay empty; the norms are read.
+  CHECK_EQ(mapped.matrices.size(), size_t{2});
+  CHECK(mapped.dense.layers[0].o_proj.empty() && mapped.dense.layers[0].q_proj.empty());
+  CHECK(mapped.dense.layers[0].input_norm == copied.layers[0].input_norm && !copied.layers[0].input_norm.empty());
+  for (const auto& [name, want, dtype, permuted] :
+       {std::tuple{"model.layers.0.self_attn.o_proj.weight", &copied.layers[0].o_proj, DenseMatrixRef::Dtype::kF16, false},
+        std::tuple{"model.layers.0.self_attn.q_proj.weight", &copied.layers[0].q_proj, DenseMatrixRef::Dtype::kF32, true}}) {
+    const DenseMatrixRef& m = mapped.matrices.at(name);
+    CHECK(m.dtype == dtype && m.rows == 32 && m.cols == 32);
+    CHECK(m.data >= begin && m.data < end);  // not a copy
+    CHECK(m.gguf_tensor != nullptr && m.gguf_tensor->data == m.data && m.tensor == nullptr);
+    CHECK(m.file_rows.empty() == !permuted);
+    std::vector<float> values(32 * 32, NAN);
+    m.rows_to_f32(0, m.rows, values.data());
+    CHECK(values == *want);  // F16 widened exactly; q's rows in the Hugging Face order
+  }
+  // q's value is its file row: the Hugging Face row 1 is the file's row 2 (interleaved pairs).
+  CHECK(copied.layers[0].q_proj[1 * 32] == 2.0f && copied.layers[0].q_proj[8 * 32] == 1.0f);
   for (const auto& [name, m] : copied.quantized) {
     const GgufBlocks& b = mapped.blocks.at(name);
     CHECK(b.type == m.type);

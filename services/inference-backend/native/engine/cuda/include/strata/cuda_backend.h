@@ -86,10 +86,11 @@ struct CudaBackendOptions {
 struct CudaLoadStats {
   int64_t bytes = 0;         // read from the checkpoint
   double seconds = 0.0;      // from opening the checkpoint to the last weight converted on the device
-  // Of `seconds`, for a GGUF file: mapping it and reading its float tensors (map_gguf_weights),
+  // Of `seconds`, for a GGUF file: mapping it and reading its norms and biases (map_gguf_weights),
   // and the host's own work (repacking the quantized matrices from the file's mapping into the
   // staging buffers, its page faults included; dequantizing where blocks do not stay blocks);
-  // the rest is copying and converting on the device, and waiting for it.
+  // the rest is staging the float matrices, copying and converting on the device, and waiting
+  // for it.
   double read_seconds = 0.0;
   double host_seconds = 0.0;
   double gb_per_s() const { return seconds > 0.0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }

@@ -99,7 +99,7 @@ bool is_gguf_file(const std::filesystem::path& path);
 ModelConfig gguf_model_config(const GgufFile& file);
 
 // The weights under their Hugging Face names: F32/F16/BF16 tensors as fp32, Q4_0/Q4_1/Q8_0
-// matrices as blocks in ModelWeights::quantized. llama.cpp's converter permutes the rows of
+// matrices as blocks in ModelWeights::quantized (copying loads: the tests' reference). llama.cpp's converter permutes the rows of
 // attn_q and attn_k for its interleaved rope; they are put back in the Hugging Face order
 // (rotate-half), which the backends' rope expects. Blocks are copied, so the file may be closed.
 // `progress` counts the file's tensor bytes as they are read (load_progress.h).
@@ -118,15 +118,17 @@ struct GgufBlocks {
   const uint8_t* row(int64_t r) const { return data + (file_rows.empty() ? r : file_rows[r]) * row_bytes(); }
 };
 
-// load_gguf_weights without copying the quantized matrices: `dense` holds the fp32 tensors (its
-// `quantized` is empty), `blocks` the quantized ones where they lie, valid while the file is
-// open. The CUDA backend repacks them from there straight into its upload buffers.
+// load_gguf_weights without copying the matrices: `dense` holds the 1-D tensors (norms, biases)
+// in fp32, its matrix members empty; `matrices` the F32/F16/BF16 matrices and `blocks` the
+// quantized ones where they lie in the file's mapping, in the Hugging Face row order, valid
+// while the file is open. The backends pack or upload them from there.
 struct GgufWeights {
   ModelWeights dense;
+  std::unordered_map<std::string, DenseMatrixRef> matrices;
   std::unordered_map<std::string, GgufBlocks> blocks;
 };
-// `progress` counts the float tensors' bytes as they are read (not the blocks': the caller
-// counts those as it copies them out).
+// `progress` counts the 1-D tensors' bytes as they are read (not the matrices': the caller counts
+// those as it reads them out).
 GgufWeights map_gguf_weights(const GgufFile& file, const ModelConfig& config, const LoadProgress& progress = {});
 
 // The bytes of all the file's tensors: what a load's progress counts up to.

@@ -64,16 +64,23 @@ bool has_o_proj_bias(const ModelConfig& config);
 ModelWeights load_model_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
                                 const LoadProgress& progress = {});
 
-// A floating-point matrix where it lies (a safetensors file's mapping, an fp32 vector): `rows`
-// rows of `cols` values of `dtype` one after another, little-endian, alignment not guaranteed.
+struct GgufTensor;
+
+// A floating-point matrix where it lies (a safetensors or GGUF file's mapping, an fp32 vector):
+// `rows` rows of `cols` values of `dtype`, little-endian, alignment not guaranteed. Row r is the
+// stored row file_rows[r] (empty: row r; llama.cpp permutes attn_q's and attn_k's rows).
 struct DenseMatrixRef {
   enum class Dtype { kF32, kF16, kBF16 };
   int64_t rows = 0, cols = 0;
   const uint8_t* data = nullptr;
   Dtype dtype = Dtype::kF32;
-  const TensorInfo* tensor = nullptr;  // in a safetensors file: for releasing its pages once read
+  std::vector<int64_t> file_rows;
+  const TensorInfo* tensor = nullptr;       // in a safetensors file: for releasing its pages once read
+  const GgufTensor* gguf_tensor = nullptr;  // in a GGUF file: idem (GgufFile::release)
 
   int64_t elem_bytes() const { return dtype == Dtype::kF32 ? 4 : 2; }
+  int64_t row_bytes() const { return cols * elem_bytes(); }
+  const uint8_t* row(int64_t r) const { return data + (file_rows.empty() ? r : file_rows[r]) * row_bytes(); }
   // out[0, n) = values [first, first + n) of row r, widened to fp32 (exactly).
   void to_f32(int64_t r, int64_t first, int64_t n, float* out) const;
   // Rows [first, last) widened into `matrix` (the whole matrix, row-major fp32) at their places.
