@@ -35,21 +35,21 @@ self=scripts/device/gpu-plan.sh
 # The plan, in order of value, and the extras, run only when named.
 PLAN=(machine build gemm kernels quant sampling backend memcheck llama3 hf_logits forward hf_generate e2e)
 EXTRAS=(profile bench_gemm bench_quant bench_sampling e2e_cpu_sampling memcheck_quant racecheck_quant
-  memcheck_sampling racecheck_sampling service bench_attention gemv gguf programmatic profile_gguf limits)
+  memcheck_sampling racecheck_sampling service bench_attention gemv gguf programmatic profile_gguf limits load)
 # Each step's timeout (s), the least time worth starting it with, and the steps it needs.
 declare -A CAP=([machine]=45 [build]=330 [gemm]=60 [kernels]=90 [quant]=90 [sampling]=150 [backend]=120
   [memcheck]=180 [llama3]=300 [hf_logits]=150 [forward]=180 [hf_generate]=180 [e2e]=180
   [profile]=240 [bench_gemm]=120 [bench_quant]=180 [bench_sampling]=180 [e2e_cpu_sampling]=180 [memcheck_quant]=240
-  [racecheck_quant]=300 [memcheck_sampling]=300 [racecheck_sampling]=300 [service]=240 [bench_attention]=120 [gemv]=150 [gguf]=240 [profile_gguf]=150 [programmatic]=150 [limits]=300)
+  [racecheck_quant]=300 [memcheck_sampling]=300 [racecheck_sampling]=300 [service]=240 [bench_attention]=120 [gemv]=150 [gguf]=240 [profile_gguf]=150 [programmatic]=150 [limits]=300 [load]=240)
 declare -A MIN=([machine]=5 [build]=60 [gemm]=15 [kernels]=20 [quant]=20 [sampling]=30 [backend]=20
   [memcheck]=60 [llama3]=60 [hf_logits]=45 [forward]=60 [hf_generate]=60 [e2e]=60
   [profile]=60 [bench_gemm]=30 [bench_quant]=30 [bench_sampling]=30 [e2e_cpu_sampling]=60 [memcheck_quant]=60
-  [racecheck_quant]=60 [memcheck_sampling]=60 [racecheck_sampling]=60 [service]=90 [bench_attention]=30 [gemv]=60 [gguf]=90 [profile_gguf]=60 [programmatic]=60 [limits]=120)
+  [racecheck_quant]=60 [memcheck_sampling]=60 [racecheck_sampling]=60 [service]=90 [bench_attention]=30 [gemv]=60 [gguf]=90 [profile_gguf]=60 [programmatic]=60 [limits]=120 [load]=90)
 declare -A NEEDS=([gemm]=build [kernels]=build [quant]=build [sampling]=build [backend]=build
   [memcheck]=build [hf_logits]="build llama3" [forward]="build llama3" [hf_generate]=llama3
   [e2e]="build llama3" [profile]="build llama3" [bench_gemm]=build [bench_quant]=build [bench_sampling]=build
   [e2e_cpu_sampling]="build llama3" [memcheck_quant]=build [racecheck_quant]=build
-  [memcheck_sampling]=build [racecheck_sampling]=build [service]="build llama3" [bench_attention]=build [gemv]="build llama3" [gguf]="build llama3" [profile_gguf]="build llama3" [programmatic]="build llama3" [limits]="build llama3")
+  [memcheck_sampling]=build [racecheck_sampling]=build [service]="build llama3" [bench_attention]=build [gemv]="build llama3" [gguf]="build llama3" [profile_gguf]="build llama3" [programmatic]="build llama3" [limits]="build llama3" [load]="build llama3")
 declare -A WHAT=([machine]="GPU, driver, toolkit and tools"
   [build]="the GPU programs for this GPU's arch (or the prebuilt ones)"
   [gemm]="cuBLASLt / cublasGemmEx against float64 (check_cuda_gemm)"
@@ -70,6 +70,7 @@ declare -A WHAT=([machine]="GPU, driver, toolkit and tools"
   [gguf]="GGUF Q4_0/Q8_0 on the GPU: tinystories-656k checked (check_cuda_backend), Llama-3-8B-shaped timed (bench_cuda_forward)"
   [profile_gguf]="ncu: each kernel's time in decode steps of 1 and 64 on the Llama-3-8B-shaped model as Q4_0"
   [limits]="ncu: what bounds the first layer's kernels (speed of light, occupancy, pipes, stalls) of Q4_0 decode steps of 1 and 64 and a bf16 prefill step"
+  [load]="the weights' load, three runs each: the bf16 safetensors model and its F16 GGUF copy (bench_cuda_load)"
   [programmatic]="decode steps with programmatic dependent launch against without, and its prefetch and early trigger apart (bench_cuda_forward --programmatic 1)"
   [e2e_cpu_sampling]="bench_cuda_e2e with the CPU sampler"
   [memcheck_quant]="compute-sanitizer memcheck over check_cuda_quant"
@@ -476,6 +477,7 @@ step_main() {
     forward) gpu "$BIN/bench_cuda_forward" "$MODEL" "$STRATA_PLAN_BASE.json" ;;
     gemv) gpu "$BIN/bench_cuda_forward" "$MODEL" "$STRATA_PLAN_BASE.json" --gemv-rows 8 --batches 1,2,4,8 --prefill-seqs 2 ;;
     gguf) step_gguf ;;
+    load) step_load ;;
     programmatic) gpu "$BIN/bench_cuda_forward" "$MODEL" "$STRATA_PLAN_BASE.json" --programmatic 1 --batches 1,2,8,64 --prefill-seqs 2 ;;
     hf_generate) PYTHONUNBUFFERED=1 gpu python3 scripts/device/hf_generate.py "$MODEL" "$STRATA_PLAN_BASE.json" ;;
     e2e | e2e_cpu_sampling) step_e2e "$name" ;;
@@ -591,6 +593,19 @@ step_gguf() {
   # The Q4_0 file's load three more times, its parts apart (read, host work, the rest).
   gpu "$BIN/bench_cuda_load" "$(llama3_gguf Q4_0)" "$STRATA_PLAN_BASE-load-Q4_0.json" --runs 3 || exit 1
   note "tinystories-656k Q4_0 checked; Llama-3-8B-shaped Q4_0 and Q8_0 timed, Q4_0 also on quant_gemm alone, and its load"
+}
+
+# The load of the Llama-3-8B-shaped model from its bf16 safetensors and from an F16 GGUF copy
+# (its matrices staged from the file's mapping, q and k gathered into the Hugging Face order, and
+# converted on the device), three runs each. The 16 GB copy is deleted afterwards: with the
+# model and the Q4_0 and Q8_0 copies of the gguf step it would fill most of the 64 GB disk.
+step_load() {
+  local file
+  gpu "$BIN/bench_cuda_load" "$MODEL" "$STRATA_PLAN_BASE-bf16.json" --runs 3 || exit 1
+  file=$(llama3_gguf F16) || exit 1
+  gpu "$BIN/bench_cuda_load" "$file" "$STRATA_PLAN_BASE-F16.json" --runs 3 || exit 1
+  gpu rm -f "$file"
+  note "Llama-3-8B-shaped weights loaded from bf16 safetensors and an F16 GGUF, three times each"
 }
 
 step_llama3() {

@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """A Hugging Face Llama directory (safetensors in f32, bf16 or f16) written as a GGUF file with
 every matrix quantized to Q4_0, Q4_1 or Q8_0 (ggml's reference rounding, as llama.cpp's
-quantize does for these types) and the norms in F32, for the CUDA backend's quantized path on the
+quantize does for these types), or in F16 or BF16 (rounded to nearest even, as llama.cpp's
+converter writes them), and the norms in F32: for the CUDA backend's quantized path on the
 GPU (gpu-plan.sh's gguf step): tinystories-656k for check_cuda_backend's quantized checks, then
-the random Llama-3-8B-shaped model of llama3_random.py for bench_cuda_forward.
+the random Llama-3-8B-shaped model of llama3_random.py for bench_cuda_forward; and for the loads
+of a float GGUF file (the load_f16 step, bench_cpu_load here).
 
 q/k rows are written in llama.cpp's order (the engine's loader undoes it). Only the metadata the
 engine reads is written: no tokenizer, and no rope scaling (the GGUF loader refuses Llama 3.1's
 rope_freqs; a speed benchmark at 1k tokens is the same either way). numpy only; one worker
 process per CPU quantizes tensors straight into the file, and a line per finished tenth shows
 the progress.
-    python3 scripts/device/llama3_gguf.py MODEL_DIR OUT.gguf [--type Q4_0|Q4_1|Q8_0] [--workers N]
+    python3 scripts/device/llama3_gguf.py MODEL_DIR OUT.gguf [--type Q4_0|Q4_1|Q8_0|F16|BF16] [--workers N]
 """
 import argparse
 import json
@@ -23,8 +25,9 @@ import time
 import numpy as np
 
 ALIGN = 32
-GGML_TYPES = {"F32": 0, "Q4_0": 2, "Q4_1": 3, "Q8_0": 8}
-BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
+GGML_TYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 8, "BF16": 30}
+BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}  # per 32 values
+FLOAT_BYTES = {"F32": 4, "F16": 2, "BF16": 2}
 LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight",
     "self_attn.q_proj.weight": "attn_q.weight",
@@ -120,6 +123,20 @@ def quantize(x, qtype):
                            lo.astype("<f2").view(np.uint8).reshape(-1, 2), qs], axis=1)
 
 
+def to_bf16(x):
+    """float32 -> bf16 bits, rounded to nearest even (no NaN in these weights)."""
+    bits = x.astype("<f4").view(np.uint32)
+    return ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16).astype("<u2")
+
+
+def encode(x, qtype):
+    if qtype in BLOCK_BYTES:
+        return quantize(x, qtype)
+    if qtype == "BF16":
+        return to_bf16(x)
+    return x.astype("<f2" if qtype == "F16" else "<f4")
+
+
 def convert(task):
     """One tensor into the output file at its offset; returns its name and bytes written."""
     out_path, at, spec, qtype, heads = task
@@ -137,7 +154,7 @@ def convert(task):
             x = read_rows(spec, first, count)
             if heads:  # Hugging Face's (2, head_dim / 2) halves -> llama.cpp's interleaved pairs
                 x = x.reshape(count // unit, 2, unit // 2, cols).transpose(0, 2, 1, 3).reshape(count, cols)
-            data = (quantize(x, qtype) if qtype != "F32" else x.astype("<f4")).tobytes()
+            data = encode(x, qtype).tobytes()
             os.pwrite(fd, data, at + written)
             written += len(data)
     finally:
@@ -154,7 +171,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("model_dir")
     parser.add_argument("out")
-    parser.add_argument("--type", default="Q4_0", choices=sorted(BLOCK_BYTES))
+    parser.add_argument("--type", default="Q4_0", choices=sorted(BLOCK_BYTES) + ["F16", "BF16"])
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
     started = time.time()
@@ -210,9 +227,9 @@ def main():
         spec = tensors[name]
         shape = spec[3]
         matrix = len(shape) == 2
-        qtype = args.type if matrix and shape[-1] % 32 == 0 else "F32"
+        qtype = args.type if matrix and (shape[-1] % 32 == 0 or args.type in FLOAT_BYTES) else "F32"
         count = shape[0] * shape[-1] if matrix else shape[0]
-        nbytes = count // 32 * BLOCK_BYTES[qtype] if qtype != "F32" else count * 4
+        nbytes = count // 32 * BLOCK_BYTES[qtype] if qtype in BLOCK_BYTES else count * FLOAT_BYTES[qtype]
         dims = [shape[-1], shape[0]] if matrix else [shape[0]]
         infos.append(gguf_string(gguf_name(name)) + struct.pack("<I", len(dims)) +
                      b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", GGML_TYPES[qtype], offset))

@@ -70,6 +70,7 @@ def main():
                          ("bench_attention", "*-bench_attention.json"), ("service", "*-service.json"),
                          ("gemv", "*-gemv.json"), ("gguf_Q4_0", "*-gguf-Q4_0.json"), ("gguf_Q8_0", "*-gguf-Q8_0.json"),
                          ("gguf_Q4_0_tiled", "*-gguf-Q4_0-tiled.json"), ("gguf_load_Q4_0", "*-gguf-load-Q4_0.json"),
+                         ("load_bf16", "*-load-bf16.json"), ("load_F16", "*-load-F16.json"),
                          ("programmatic", "*-programmatic.json"),
                          ("bench_gemm", "*-bench_gemm.json"), ("bench_quant", "*-bench_quant.json"),
                          ("bench_sampling", "*-bench_sampling.json")):

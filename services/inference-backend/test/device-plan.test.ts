@@ -603,6 +603,25 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
     expect(sb.step('gguf').status).toBe('ok');
   });
 
+  it('times the load from bf16 safetensors and from an F16 GGUF copy, then deletes the copy, when named', () => {
+    const sb = sandbox();
+    const r = sb.run('--dry-run', 'load');
+    expect(r.status, r.stdout + r.stderr).toBe(0);
+    expect(sb.planJson().selected).toEqual(['machine', 'build', 'llama3', 'load']);
+    const log = sb.log('load');
+    const lines = log.split('\n').filter((l) => l.startsWith('dry-run: '));
+    expect(lines[0]).toMatch(/\/bench_cuda_load \S+llama3-[0-9a-f]{16} \S+-load-bf16\.json --runs 3$/);
+    const made =
+      /^dry-run: python3 scripts\/device\/llama3_gguf\.py \S+llama3-[0-9a-f]{16} (\S+-F16-[0-9a-f]{8}\.gguf)\.part --type F16$/.exec(
+        lines[1] ?? '',
+      );
+    expect(made, log).not.toBeNull();
+    expect(lines[2]).toBe(`dry-run: mv ${made?.[1]}.part ${made?.[1]}`);
+    expect(lines[3]).toMatch(new RegExp(`/bench_cuda_load ${made?.[1]} \\S+-load-F16\\.json --runs 3$`));
+    expect(lines[4]).toBe(`dry-run: rm -f ${made?.[1]}`);
+    expect(sb.step('load').status).toBe('ok');
+  });
+
   it('sums ncu durations by kernel and class (ncu_summary.py)', () => {
     const dir = mkdtempSync(join(tmpdir(), 'strata-ncu-'));
     sandboxes.push(dir);
@@ -861,6 +880,9 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
     });
     put('04-gguf.step.json', { step: 'gguf', status: 'ok', seconds: 70 });
     put('04-gguf-load-Q4_0.json', { benchmark: 'cuda-load', load_s: { median: 2.5, min: 2.4, max: 2.7 } });
+    put('05-load.step.json', { step: 'load', status: 'ok', seconds: 90 });
+    put('05-load-bf16.json', { benchmark: 'cuda-load', load_s: { median: 2.1, min: 2.0, max: 2.2 } });
+    put('05-load-F16.json', { benchmark: 'cuda-load', load_s: { median: 2.3, min: 2.2, max: 2.4 } });
     const out = join(dir, 'cuda-test.json');
     const script = join(repo, 'scripts', 'device', 'record_run.py');
     const args = [
@@ -883,6 +905,8 @@ describe('the GPU plan (scripts/device/gpu-plan.sh)', () => {
     expect(run.forward.stage_times[0].gpu_span_ms).toBe(205);
     expect(run.bench_quant.gemv_warp_sweep[0].prefetch_asked).toBe(2);
     expect(run.gguf_load_Q4_0.load_s.median).toBe(2.5);
+    expect(run.load_bf16.load_s.median).toBe(2.1);
+    expect(run.load_F16.load_s.median).toBe(2.3);
     // A second call appends a run; a folder without the machine step is refused.
     expect(spawnSync('python3', args, { encoding: 'utf8' }).status).toBe(0);
     expect(JSON.parse(readFileSync(out, 'utf8')).runs).toHaveLength(2);
