@@ -1,9 +1,11 @@
 // Properties of the rendered workloads that the platform relies on: one backend per model with
 // GPUs, probes matching the backend's warmup, drain ordering, the sidecar, security contexts,
 // the labels dashboards and monitors select on, and the warmup hook.
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parse } from 'yaml';
+import { parse, stringify } from 'yaml';
 import {
   byName,
   component,
@@ -244,6 +246,26 @@ describe('production values', () => {
       envOf(container(byName(docs, 'Deployment', 'strata-backend-llama-3-8b'), 'backend'));
     expect(env(production).STRATA_HTTP_WORKERS).toBe('4');
     expect(env(defaults).STRATA_HTTP_WORKERS).toBeUndefined();
+  });
+
+  it("passes a model's CPU weights dtype to the backend only when set, and refuses another", () => {
+    const env = (docs: K8sObject[]) =>
+      envOf(container(byName(docs, 'Deployment', 'strata-backend-llama-3-8b'), 'backend'));
+    // The production values with the setting on their model (a list: --set would replace it).
+    const withDtype = (dtype: string) => {
+      const values = structuredClone(prodValues);
+      values.models[0].cpuWeightsDtype = dtype;
+      const file = join(mkdtempSync(join(tmpdir(), 'strata-helm-')), `cpu-weights-${dtype}.yaml`);
+      writeFileSync(file, stringify(values));
+      return file;
+    };
+    expect(env(parseManifests(template({ values: [withDtype('float32')] }))).STRATA_CPU_WEIGHTS_DTYPE).toBe(
+      'float32',
+    );
+    expect(env(production).STRATA_CPU_WEIGHTS_DTYPE).toBeUndefined();
+    const bad = helmTemplate({ values: [withDtype('float16')] });
+    expect(bad.status).not.toBe(0);
+    expect(bad.stderr).toContain('cpuWeightsDtype');
   });
 
   it('hands backend replicas to KEDA on vllm:num_requests_waiting', () => {

@@ -43,6 +43,12 @@ export const configSchema = baseServiceSchema.extend({
        * otherwise; float32 or float16 by name. CUDA: auto or its dtype.
        */
       kvCacheDtype: z.enum(['auto', 'float32', 'float16', 'bfloat16']).default('auto'),
+      /**
+       * CPU backend: a checkpoint's bfloat16/float16 matrices kept as they are (auto: half the
+       * memory, faster decode at 1-2 sequences) or widened to float32 at load (11-25% faster at
+       * 8 sequences, up to 11% at 32, on a Zen 4 class CPU); the logits are the same bits either way.
+       */
+      cpuWeightsDtype: z.enum(['auto', 'float32']).default('auto'),
       /** CUDA backend: share of the GPU's memory for weights, activations and the KV pool. */
       gpuMemoryUtilization: z.coerce.number().gt(0).max(1).default(0.9),
       /** CUDA backend: decode steps replay CUDA graphs (false: every step eager, as vLLM's --enforce-eager). */
@@ -99,6 +105,7 @@ export const configEnv: EnvMap = {
   'engine.kvMemoryFraction': 'STRATA_KV_MEMORY_FRACTION',
   'engine.dtype': 'STRATA_DTYPE',
   'engine.kvCacheDtype': 'STRATA_KV_CACHE_DTYPE',
+  'engine.cpuWeightsDtype': 'STRATA_CPU_WEIGHTS_DTYPE',
   'engine.gpuMemoryUtilization': 'STRATA_GPU_MEMORY_UTILIZATION',
   'engine.cudaGraphs': 'STRATA_CUDA_GRAPHS',
   'engine.gpuSampling': 'STRATA_GPU_SAMPLING',

@@ -75,6 +75,11 @@ export interface NativeLoadOptions {
    * llama.cpp), float32 otherwise; or either by name. CUDA: its dtype ('auto' or that name).
    */
   kvCacheDtype?: 'auto' | 'float32' | 'float16' | 'bfloat16';
+  /**
+   * CPU backend: a checkpoint's bfloat16/float16 matrices kept as they are ('auto', default; the
+   * GEMM widens them exactly as it reads them) or widened to float32 at load; the same logits.
+   */
+  cpuWeightsDtype?: 'auto' | 'float32';
   /** CUDA backend: share of the GPU's memory for weights, activations and the KV pool (0.9). */
   gpuMemoryUtilization?: number;
   /** CUDA backend: replay CUDA graphs for decode steps of up to 256 sequences (default true). */

@@ -55,6 +55,7 @@ RunnerOptions parse_load_options(const Napi::Object& o) {
   opts.kv_memory_fraction = get_double(o, "kvMemoryFraction", 0.1);
   if (o.Get("dtype").IsString()) opts.dtype = get_string(o, "dtype");
   if (o.Get("kvCacheDtype").IsString()) opts.kv_cache_dtype = get_string(o, "kvCacheDtype");
+  if (o.Get("cpuWeightsDtype").IsString()) opts.cpu_weights_dtype = get_string(o, "cpuWeightsDtype");
   opts.gpu_memory_utilization = get_double(o, "gpuMemoryUtilization", 0.9);
   if (o.Get("cudaGraphs").IsBoolean()) opts.cuda_graphs = o.Get("cudaGraphs").As<Napi::Boolean>().Value();
   if (o.Get("gpuSampling").IsBoolean()) opts.gpu_sampling = o.Get("gpuSampling").As<Napi::Boolean>().Value();

@@ -178,6 +178,7 @@ export class InferenceRuntime {
       kvMemoryFraction: e.kvMemoryFraction,
       dtype: e.dtype,
       kvCacheDtype: e.kvCacheDtype,
+      cpuWeightsDtype: e.cpuWeightsDtype,
       gpuMemoryUtilization: e.gpuMemoryUtilization,
       cudaGraphs: e.cudaGraphs,
       gpuSampling: e.gpuSampling,

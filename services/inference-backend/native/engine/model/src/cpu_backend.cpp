@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #if defined(__GLIBC__)
@@ -92,6 +93,7 @@ struct WeightSources {
   LoadProgress progress{};
   std::unordered_map<std::string, QuantMatrix>* owned_blocks = nullptr;
   std::unordered_map<std::string, std::vector<float>*> owned_dense;
+  bool widen = false;  // bf16/fp16 matrices widened to fp32 panels (CpuWeightsDtype::kFloat32)
 
   void done(BlocksMap::iterator it) {
     if (gguf != nullptr && it->second.tensor != nullptr) {
@@ -191,7 +193,7 @@ Linear fuse(WeightSources& s, std::initializer_list<std::string> names, int64_t 
       throw ModelError(model_error_code::kWeights, "weight \"" + name + "\" is missing");
     }
   }
-  out.f32 = PackedWeights::pack(refs, k, &pool);
+  out.f32 = PackedWeights::pack(refs, k, &pool, s.widen);
   for (const std::string& name : names)
     if (auto d = s.dense.find(name); d != s.dense.end()) s.done(d);
   return out;
@@ -220,7 +222,8 @@ void check_weights(const ModelConfig& config, ModelWeights& weights, const Weigh
 }
 
 // "float32", or the block type of the quantized matrices ("Q4_1"), naming a second type that
-// some of them have ("Q4_1 + Q8_0").
+// some of them have ("Q4_1 + Q8_0"). A model without blocks is named again once packed, by
+// its panels' element types.
 std::string describe_weights(const WeightSources& s) {
   std::vector<std::string> types;
   for (const auto& [name, matrix] : s.blocks) {
@@ -247,6 +250,8 @@ struct CpuBackend::Impl {
   std::string weights_format;      // describe_weights()
   std::string kernel_isa;          // kernel_isa()
   std::vector<float> embed;        // (vocab, hidden) row-major, for an untied table's gather; or empty and
+  std::vector<uint8_t, UninitializedAllocator<uint8_t>> embed_bytes;  // the table's bf16/f16 rows as they were,
+  DenseMatrixRef embed_half;       // read through this (rows widened on gather); or empty and
   std::unique_ptr<const QuantMatrix> embed_quant;  // the table kept quantized (rows dequantized on gather)
   std::shared_ptr<const QuantPanels> embed_panels;  // or, tied, the lm_head's panels serve the gather
                                                     // (as lm_head.f32's do for a tied fp32 table)
@@ -287,6 +292,7 @@ struct CpuBackend::Impl {
     check_layers(config, weights);
     WeightSources s = from_file != nullptr ? std::move(*from_file) : WeightSources{};
     add_own_matrices(s, weights, config);
+    s.widen = options.weights_dtype == CpuWeightsDtype::kFloat32;
     check_weights(config, weights, s);
     weights_format = describe_weights(s);
     kv_f16 = options.kv_dtype == CpuKvDtype::kFloat16 || (options.kv_dtype == CpuKvDtype::kAuto && !s.blocks.empty());
@@ -312,9 +318,16 @@ struct CpuBackend::Impl {
     } else if (auto d = s.dense.find(kEmbedName); d != s.dense.end()) {
       const DenseMatrixRef& m = d->second;
       if (config.tie_word_embeddings) {
-        lm_head.f32 = PackedWeights::pack({m}, hidden, &loader);  // the token gather reads its rows too
+        lm_head.f32 = PackedWeights::pack({m}, hidden, &loader, s.widen);  // the token gather reads its rows too
       } else if (auto own = s.owned_dense.find(kEmbedName); own != s.owned_dense.end()) {
         embed = std::move(*own->second);
+      } else if (m.dtype != DenseMatrixRef::Dtype::kF32 && !s.widen) {  // kept in its dtype, as the GEMMs' panels are
+        const int64_t row_bytes = m.row_bytes();
+        embed_bytes.resize(static_cast<size_t>(m.rows * row_bytes));
+        for_each_run(&loader, m.rows, 1024, [&](int64_t first, int64_t last) {
+          for (int64_t r = first; r < last; ++r) std::memcpy(embed_bytes.data() + r * row_bytes, m.row(r), static_cast<size_t>(row_bytes));
+        });
+        embed_half = DenseMatrixRef{m.rows, m.cols, embed_bytes.data(), m.dtype};
       } else {
         embed.resize(static_cast<size_t>(m.rows * m.cols));
         for_each_run(&loader, m.rows, 256, [&](int64_t first, int64_t last) { m.rows_to_f32(first, last, embed.data()); });
@@ -342,9 +355,21 @@ struct CpuBackend::Impl {
       throw ModelError(model_error_code::kWeights,
                        "quantized tensor \"" + s.blocks.begin()->first + "\" is not a matrix this backend multiplies");
     }
-    bool quantized = lm_head.quant != nullptr;
-    for (const CpuLayer& layer : layers)
-      for (const Linear* w : {&layer.qkv, &layer.o_proj, &layer.gate_up, &layer.down}) quantized = quantized || w->quant != nullptr;
+    std::vector<const Linear*> linears = {&lm_head};
+    for (const CpuLayer& layer : layers) linears.insert(linears.end(), {&layer.qkv, &layer.o_proj, &layer.gate_up, &layer.down});
+    bool quantized = false;
+    std::vector<std::string> elems;  // the dense matrices' element types, for weights_format
+    for (const Linear* w : linears) {
+      quantized = quantized || w->quant != nullptr;
+      if (w->quant != nullptr) continue;
+      const std::string elem = elem_name(w->f32.elem);
+      if (std::find(elems.begin(), elems.end(), elem) == elems.end()) elems.push_back(elem);
+    }
+    if (!quantized && !elems.empty()) {  // "bfloat16", or the types a mix of dtypes left ("bfloat16 + float32")
+      std::sort(elems.begin(), elems.end());
+      weights_format.clear();
+      for (const std::string& e : elems) weights_format += (weights_format.empty() ? "" : " + ") + e;
+    }
     kernel_isa = kernels.isa;
     if (quantized) kernel_isa += std::string(", quantized: ") + qkernels.isa;
   }
@@ -542,6 +567,8 @@ struct CpuBackend::Impl {
         } else if (!embed.empty()) {
           const float* src = embed.data() + int64_t{seq.tokens[i]} * hidden;
           std::copy(src, src + hidden, dst);
+        } else if (embed_half.data != nullptr) {
+          embed_half.to_f32(seq.tokens[i], 0, hidden, dst);
         } else {
           lm_head.f32.row(seq.tokens[i], dst);  // tied: the output projection's panels
         }

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
+#include <type_traits>
 
+#include "strata/float_convert.h"
 #include "thread_pool.h"
 
 namespace strata {
@@ -19,7 +22,7 @@ const CpuKernels& cpu_kernels() {
   return portable_kernels();
 }
 
-PackedWeights PackedWeights::pack(const std::vector<DenseMatrixRef>& parts, int64_t k, ThreadPool* pool) {
+PackedWeights PackedWeights::pack(const std::vector<DenseMatrixRef>& parts, int64_t k, ThreadPool* pool, bool widen) {
   PackedWeights packed;
   packed.k = k;
   struct Row {
@@ -27,42 +30,71 @@ PackedWeights PackedWeights::pack(const std::vector<DenseMatrixRef>& parts, int6
     int64_t r;
   };
   std::vector<Row> rows;  // every row, in the fused order
+  bool one_half_dtype = !parts.empty() && !widen;
   for (const DenseMatrixRef& part : parts) {
     packed.n += part.rows;
     for (int64_t r = 0; r < part.rows; ++r) rows.push_back({&part, r});
+    one_half_dtype = one_half_dtype && part.dtype != DenseMatrixRef::Dtype::kF32 && part.dtype == parts[0].dtype;
   }
-  packed.panels.resize(static_cast<size_t>(packed.num_panels() * k * kPanel));  // every value written below
-  float* const base = packed.panels.data();
-  // A panel in strips of 64 columns: the 16 rows' values widened into `strip`, then written
-  // out k-major, 4 KB a strip, contiguous. Padding rows past n are zeros.
+  if (one_half_dtype) packed.elem = parts[0].dtype == DenseMatrixRef::Dtype::kBF16 ? Elem::kBF16 : Elem::kF16;
+  const size_t values = static_cast<size_t>(packed.num_panels() * k * kPanel);
+  // A panel in strips of 64 columns: the 16 rows' values (widened to fp32, or the 16-bit values
+  // as they are) gathered into `strip`, then written out k-major, contiguous. Padding rows past
+  // n are zeros. Every value of the panels is written.
   constexpr int64_t kStrip = 64;
-  const auto pack_panel = [&](int64_t p) {
-    float strip[kPanel][kStrip];
-    float* panel = base + p * k * kPanel;
-    for (int64_t c0 = 0; c0 < k; c0 += kStrip) {
-      const int64_t width = std::min(kStrip, k - c0);
-      for (int64_t j = 0; j < kPanel; ++j) {
-        const int64_t row = p * kPanel + j;
-        if (row < packed.n) {
-          rows[static_cast<size_t>(row)].part->to_f32(rows[static_cast<size_t>(row)].r, c0, width, strip[j]);
-        } else {
-          std::fill(strip[j], strip[j] + width, 0.0f);
+  int64_t slots[kPanel];
+  for (int64_t j = 0; j < kPanel; ++j) slots[j] = packed.slot(j);
+  const auto pack_panels = [&]<typename T>(T* base) {
+    const auto pack_panel = [&](int64_t p) {
+      T strip[kPanel][kStrip];
+      T* panel = base + p * k * kPanel;
+      for (int64_t c0 = 0; c0 < k; c0 += kStrip) {
+        const int64_t width = std::min(kStrip, k - c0);
+        for (int64_t j = 0; j < kPanel; ++j) {
+          const int64_t row = p * kPanel + j;
+          if (row >= packed.n) {
+            std::fill(strip[j], strip[j] + width, T{0});
+          } else if constexpr (std::is_same_v<T, float>) {
+            rows[static_cast<size_t>(row)].part->to_f32(rows[static_cast<size_t>(row)].r, c0, width, strip[j]);
+          } else {
+            const Row& from = rows[static_cast<size_t>(row)];
+            std::memcpy(strip[j], from.part->row(from.r) + c0 * 2, static_cast<size_t>(width) * 2);
+          }
         }
+        for (int64_t c = 0; c < width; ++c)
+          for (int64_t j = 0; j < kPanel; ++j) panel[(c0 + c) * kPanel + slots[j]] = strip[j][c];
       }
-      for (int64_t c = 0; c < width; ++c)
-        for (int64_t j = 0; j < kPanel; ++j) panel[(c0 + c) * kPanel + j] = strip[j][c];
-    }
+    };
+    // Runs of panels of about 256 KiB each.
+    const int64_t per_run = (int64_t{256} << 10) / static_cast<int64_t>(sizeof(T)) / std::max<int64_t>(k * kPanel, 1);
+    for_each_run(pool, packed.num_panels(), per_run, [&](int64_t first, int64_t last) {
+      for (int64_t p = first; p < last; ++p) pack_panel(p);
+    });
   };
-  // Runs of panels of about 256 KiB (64 Ki floats) each.
-  for_each_run(pool, packed.num_panels(), (int64_t{1} << 16) / std::max<int64_t>(k * kPanel, 1), [&](int64_t first, int64_t last) {
-    for (int64_t p = first; p < last; ++p) pack_panel(p);
-  });
+  if (packed.elem == Elem::kF32) {
+    packed.panels.resize(values);
+    pack_panels(packed.panels.data());
+  } else {
+    packed.halves.resize(values);
+    pack_panels(packed.halves.data());
+  }
   return packed;
 }
 
 void PackedWeights::row(int64_t r, float* out) const {
-  const float* panel = panels.data() + (r / kPanel) * k * kPanel + r % kPanel;
-  for (int64_t kk = 0; kk < k; ++kk) out[kk] = panel[kk * kPanel];
+  const int64_t at = (r / kPanel) * k * kPanel + slot(r % kPanel);
+  if (elem == Elem::kF32) {
+    for (int64_t kk = 0; kk < k; ++kk) out[kk] = panels[static_cast<size_t>(at + kk * kPanel)];
+    return;
+  }
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const uint16_t h = halves[static_cast<size_t>(at + kk * kPanel)];
+    out[kk] = elem == Elem::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+  }
+}
+
+const char* elem_name(PackedWeights::Elem elem) {
+  return elem == PackedWeights::Elem::kBF16 ? "bfloat16" : elem == PackedWeights::Elem::kF16 ? "float16" : "float32";
 }
 
 void parallel_gemm(ThreadPool& pool, const CpuKernels& kernels, const GemmArgs& args) {

@@ -16,20 +16,36 @@ class ThreadPool;
 // A weight matrix (n, k), as nn.Linear stores it, repacked once at load into panels of
 // kPanel output rows stored k-major: panel p holds w[p * kPanel + j][kk] at (kk * kPanel + j),
 // zero-padded past n. A GEMM step then streams each panel once, contiguously, while
-// broadcasting activations, and needs no horizontal sums.
+// broadcasting activations, and needs no horizontal sums. The values are fp32, or the
+// checkpoint's own bf16 or fp16 values, which the GEMM widens exactly as it loads them: the
+// same products and sums as fp32 panels of the widened values, from half the bytes. bf16
+// panels hold each k's 16 values in the order of rows 0-3, 8-11, 4-7, 12-15 (slot()), so that
+// interleaving one 32-byte load with zeros gives rows 0-7 and 8-15 as fp32 (the bf16 value is
+// the fp32 value's high half) without a shift or a lane crossing.
 struct PackedWeights {
   static constexpr int64_t kPanel = 16;
+  enum class Elem { kF32, kBF16, kF16 };
+  // Where row j of a panel lies among a k's 16 values.
+  static constexpr int64_t bf16_slot(int64_t j) { return (j & 3) | ((j & 4) << 1) | ((j & 8) >> 1); }
+  int64_t slot(int64_t j) const { return elem == Elem::kBF16 ? bf16_slot(j) : j; }
+  Elem elem = Elem::kF32;
   int64_t n = 0, k = 0;
-  std::vector<float, UninitializedAllocator<float>> panels;  // (ceil(n / kPanel), k, kPanel)
+  std::vector<float, UninitializedAllocator<float>> panels;       // kF32: (ceil(n / kPanel), k, kPanel)
+  std::vector<uint16_t, UninitializedAllocator<uint16_t>> halves;  // kBF16, kF16: the same layout
 
-  // The matrix whose rows are the parts' rows one after another (each of k columns), widened
-  // to fp32 from where they lie (a safetensors file's mapping, say): no fp32 copy first. Runs
-  // of panels go to the pool's threads (null: the caller's thread).
-  static PackedWeights pack(const std::vector<DenseMatrixRef>& parts, int64_t k, ThreadPool* pool);
+  // The matrix whose rows are the parts' rows one after another (each of k columns), packed
+  // from where they lie (a safetensors file's mapping, say): no copy first. Parts all of one
+  // 16-bit dtype keep their values (Elem kBF16 / kF16) unless `widen`; otherwise they are
+  // widened to fp32. Runs of panels go to the pool's threads (null: the caller's thread).
+  static PackedWeights pack(const std::vector<DenseMatrixRef>& parts, int64_t k, ThreadPool* pool, bool widen = false);
   int64_t num_panels() const { return (n + kPanel - 1) / kPanel; }
-  // out[0, k) = row r.
+  int64_t bytes() const { return num_panels() * k * kPanel * (elem == Elem::kF32 ? 4 : 2); }
+  // out[0, k) = row r, widened to fp32.
   void row(int64_t r, float* out) const;
 };
+
+// "float32", "bfloat16" or "float16".
+const char* elem_name(PackedWeights::Elem elem);
 
 // c[m][j] = (accumulate ? c[m][j] : 0) + (sum_k a[m][k] * w[j][k] + bias[j]), j < w.n.
 struct GemmArgs {

@@ -18,6 +18,14 @@ struct Vec {
   static T load_half(const uint16_t* p) {  // 8 IEEE halves, widened exactly (F16C)
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
+  // 16 bfloat16 values in a bf16 panel's slot order (rows 0-3, 8-11, 4-7, 12-15), widened
+  // exactly: each value becomes the high half of its fp32 lane, interleaved with zeros within
+  // the 128-bit lanes, so lo holds rows 0-7 and hi rows 8-15.
+  static void load_bf16_panel(const uint16_t* p, T& lo, T& hi) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), zero = _mm256_setzero_si256();
+    lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, x));
+    hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, x));
+  }
   static void store(float* p, T v) { _mm256_storeu_ps(p, v); }
   static void store_half(uint16_t* p, T v) {  // rounded to nearest even, as f32_to_f16
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));

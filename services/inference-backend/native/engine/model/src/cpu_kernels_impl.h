@@ -1,7 +1,7 @@
 // Kernel bodies shared by the AVX2 and portable builds; included once by each, after it
-// defines `struct Vec` (8 float lanes: zero, set1, load, load_tail, store, fmadd, add, sub,
-// mul, div, min, max, floor, pow2i, hsum). Everything here is TU-local, since the two builds
-// use different compiler flags.
+// defines `struct Vec` (8 float lanes: zero, set1, load, load_tail, load_half, load_bf16_panel,
+// store, store_half, fmadd, add, sub, mul, div, min, max, floor, pow2i, hsum). Everything here
+// is TU-local, since the two builds use different compiler flags.
 //
 // Determinism: every output element is computed by one fixed sequence of operations whatever
 // tile shape computes it, so a row's result does not depend on the other rows of the batch,
@@ -37,25 +37,49 @@ typename V::T exp_poly(typename V::T x) {
   return V::mul(y, V::pow2i(n));
 }
 
+// The panels' element types: each loads a k's 16 values as rows 0-7 and 8-15 in fp32 lanes,
+// widened exactly.
+struct PanelF32 {
+  using E = float;
+  static const E* data(const strata::PackedWeights& w) { return w.panels.data(); }
+  static void load(const E* p, Vec::T& lo, Vec::T& hi) {
+    lo = Vec::load(p);
+    hi = Vec::load(p + 8);
+  }
+};
+struct PanelBF16 {  // in slot order (PackedWeights::bf16_slot)
+  using E = uint16_t;
+  static const E* data(const strata::PackedWeights& w) { return w.halves.data(); }
+  static void load(const E* p, Vec::T& lo, Vec::T& hi) { Vec::load_bf16_panel(p, lo, hi); }
+};
+struct PanelF16 {
+  using E = uint16_t;
+  static const E* data(const strata::PackedWeights& w) { return w.halves.data(); }
+  static void load(const E* p, Vec::T& lo, Vec::T& hi) {
+    lo = Vec::load_half(p);
+    hi = Vec::load_half(p + 8);
+  }
+};
+
 // MR activation rows x NP weight panels (16 columns each, two vectors). Each output element is
-// one accumulator lane updated by fmadd for k = 0, 1, ..., K-1 in order, whatever the tile.
-template <int MR, int NP>
+// one accumulator lane updated by fmadd for k = 0, 1, ..., K-1 in order, whatever the tile or
+// the panels' element type (16-bit values are widened exactly as they are loaded).
+template <int MR, int NP, class W>
 void gemm_tile(const strata::GemmArgs& g, int64_t m0, int64_t panel0) {
   constexpr int64_t P = strata::PackedWeights::kPanel;
   const int64_t K = g.w->k;
   Vec::T acc[MR][2 * NP];
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < 2 * NP; ++j) acc[i][j] = Vec::zero();
-  const float* panel[NP];
-  for (int p = 0; p < NP; ++p) panel[p] = g.w->panels.data() + (panel0 + p) * K * P;
+  const typename W::E* panel[NP];
+  for (int p = 0; p < NP; ++p) panel[p] = W::data(*g.w) + (panel0 + p) * K * P;
   const float* a_row[MR];
   for (int i = 0; i < MR; ++i) a_row[i] = g.a + (m0 + i) * g.lda;
 
   for (int64_t k = 0; k < K; ++k) {
     Vec::T b[2 * NP];
     for (int p = 0; p < NP; ++p) {
-      b[2 * p] = Vec::load(panel[p] + k * P);
-      b[2 * p + 1] = Vec::load(panel[p] + k * P + 8);
+      W::load(panel[p] + k * P, b[2 * p], b[2 * p + 1]);
     }
     for (int i = 0; i < MR; ++i) {
       const Vec::T a = Vec::set1(a_row[i][k]);
@@ -98,15 +122,19 @@ using TileFn = void (*)(const strata::GemmArgs&, int64_t, int64_t);
 // Many rows: 6 x 1 panel. One or two rows (decode): more panels at once, so enough independent
 // accumulator chains hide the fmadd latency.
 constexpr int kMR = 6;
-constexpr std::array<TileFn, kMR> kRowTiles = {&gemm_tile<1, 1>, &gemm_tile<2, 1>, &gemm_tile<3, 1>,
-                                               &gemm_tile<4, 1>, &gemm_tile<5, 1>, &gemm_tile<6, 1>};
 
-void gemm_impl(const strata::GemmArgs& g, int64_t panel_begin, int64_t panel_end) {
+// A GEMM over panels of one element type. With 16-bit panels, one or two rows (decode) read half
+// the bytes, which is what bounds them; more rows widen each panel in every 6-row tile, which
+// costs a compute-bound step (docs/benchmarks: cpu-forward-bf16.json).
+template <class W>
+void gemm_typed(const strata::GemmArgs& g, int64_t panel_begin, int64_t panel_end) {
+  static constexpr std::array<TileFn, kMR> kRowTiles = {&gemm_tile<1, 1, W>, &gemm_tile<2, 1, W>, &gemm_tile<3, 1, W>,
+                                                        &gemm_tile<4, 1, W>, &gemm_tile<5, 1, W>, &gemm_tile<6, 1, W>};
   if (g.m <= 2) {
     constexpr int kNP = 3;
     int64_t p = panel_begin;
-    for (; p + kNP <= panel_end; p += kNP) (g.m == 1 ? gemm_tile<1, kNP> : gemm_tile<2, kNP>)(g, 0, p);
-    for (; p < panel_end; ++p) (g.m == 1 ? gemm_tile<1, 1> : gemm_tile<2, 1>)(g, 0, p);
+    for (; p + kNP <= panel_end; p += kNP) (g.m == 1 ? gemm_tile<1, kNP, W> : gemm_tile<2, kNP, W>)(g, 0, p);
+    for (; p < panel_end; ++p) (g.m == 1 ? gemm_tile<1, 1, W> : gemm_tile<2, 1, W>)(g, 0, p);
     return;
   }
   // Rows of A per pass: enough to reuse each panel from L1, few enough that A stays in L2.
@@ -116,6 +144,14 @@ void gemm_impl(const strata::GemmArgs& g, int64_t panel_begin, int64_t panel_end
     for (int64_t p = panel_begin; p < panel_end; ++p) {
       for (int64_t m = m_start; m < m_end; m += kMR) kRowTiles[std::min<int64_t>(kMR, m_end - m) - 1](g, m, p);
     }
+  }
+}
+
+void gemm_impl(const strata::GemmArgs& g, int64_t panel_begin, int64_t panel_end) {
+  switch (g.w->elem) {
+    case strata::PackedWeights::Elem::kF32: gemm_typed<PanelF32>(g, panel_begin, panel_end); break;
+    case strata::PackedWeights::Elem::kBF16: gemm_typed<PanelBF16>(g, panel_begin, panel_end); break;
+    case strata::PackedWeights::Elem::kF16: gemm_typed<PanelF16>(g, panel_begin, panel_end); break;
   }
 }
 

@@ -28,6 +28,13 @@ struct Vec {
     for (int i = 0; i < 8; ++i) v[i] = strata::f16_to_f32(p[i]);
     return v;
   }
+  // 16 bfloat16 values in a bf16 panel's slot order, widened exactly: rows 0-7 into lo, 8-15 into hi.
+  static void load_bf16_panel(const uint16_t* p, T& lo, T& hi) {
+    for (int j = 0; j < 8; ++j) {
+      lo[j] = strata::bf16_to_f32(p[strata::PackedWeights::bf16_slot(j)]);
+      hi[j] = strata::bf16_to_f32(p[strata::PackedWeights::bf16_slot(j + 8)]);
+    }
+  }
   static void store(float* p, T v) { __builtin_memcpy(p, &v, sizeof(v)); }
   static void store_half(uint16_t* p, T v) {
     for (int i = 0; i < 8; ++i) p[i] = strata::f32_to_f16(v[i]);

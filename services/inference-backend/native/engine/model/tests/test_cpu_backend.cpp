@@ -302,8 +302,9 @@ TEST_CASE("cpu kernels: from_half widens every half as f16_to_f32, bit for bit, 
 
 TEST_CASE("cpu kernels: panels packed from F32, F16 and BF16 parts where they lie hold each value at its place") {
   // What the CPU backend's safetensors load does: q, k and v in the checkpoint's dtype, fused
-  // and widened as they are packed, runs of panels on a pool's threads. Panel p must hold row
-  // p * 16 + j's value kk at (kk * 16 + j), exactly the row's widened value, zeros past n.
+  // as they are packed, runs of panels on a pool's threads. Panel p must hold row p * 16 + j's
+  // value kk at (kk * 16 + slot(j)): the row's own 16-bit value for F16 and BF16 parts (the
+  // panels keep the dtype; bf16 in its slot order), its fp32 value for F32 parts; zeros past n.
   std::mt19937 rng(3);
   ThreadPool pool(3);
   const int64_t k = 150;  // two 64-column strips and a partial one
@@ -334,16 +335,26 @@ TEST_CASE("cpu kernels: panels packed from F32, F16 and BF16 parts where they li
       parts.push_back(m);
     }
     const int64_t n = static_cast<int64_t>(expect.size()) / k;
+    const PackedWeights::Elem elem = dtype == DenseMatrixRef::Dtype::kF32    ? PackedWeights::Elem::kF32
+                                     : dtype == DenseMatrixRef::Dtype::kBF16 ? PackedWeights::Elem::kBF16
+                                                                             : PackedWeights::Elem::kF16;
     for (ThreadPool* on : {static_cast<ThreadPool*>(nullptr), &pool}) {
       const PackedWeights w = PackedWeights::pack(parts, k, on);
       CHECK_EQ(w.n, n);
       CHECK_EQ(w.k, k);
-      CHECK_EQ(static_cast<int64_t>(w.panels.size()), (n + 15) / 16 * 16 * k);
+      CHECK(w.elem == elem);
+      const size_t values = static_cast<size_t>((n + 15) / 16 * 16 * k);
+      CHECK_EQ(elem == PackedWeights::Elem::kF32 ? w.panels.size() : w.halves.size(), values);
+      CHECK_EQ(elem == PackedWeights::Elem::kF32 ? w.halves.size() : w.panels.size(), size_t{0});
+      CHECK_EQ(w.bytes(), static_cast<int64_t>(values) * (elem == PackedWeights::Elem::kF32 ? 4 : 2));
       int64_t wrong = 0;
       for (int64_t row = 0; row < w.num_panels() * 16; ++row)
         for (int64_t kk = 0; kk < k; ++kk) {
           const float want = row < n ? expect[static_cast<size_t>(row * k + kk)] : 0.0f;
-          const float got = w.panels[static_cast<size_t>((row / 16) * k * 16 + kk * 16 + row % 16)];
+          const size_t at = static_cast<size_t>((row / 16) * k * 16 + kk * 16 + w.slot(row % 16));
+          const float got = elem == PackedWeights::Elem::kF32    ? w.panels[at]
+                            : elem == PackedWeights::Elem::kBF16 ? bf16_to_f32(w.halves[at])
+                                                                 : f16_to_f32(w.halves[at]);
           wrong += std::memcmp(&got, &want, 4) != 0;
         }
       CHECK_EQ(wrong, 0);
@@ -352,6 +363,70 @@ TEST_CASE("cpu kernels: panels packed from F32, F16 and BF16 parts where they li
       CHECK(std::equal(row.begin(), row.end(), expect.end() - k));
     }
   }
+}
+
+TEST_CASE("cpu kernels: a GEMM on bf16 or f16 panels is the GEMM on fp32 panels of the widened values, bit for bit") {
+  // Every tile shape (1 to 13 rows: the decode tiles of 1 and 2 rows over 3 panels at a time,
+  // then 6-row tiles and their remainders), a partial last panel, bias and accumulate, in
+  // every kernel set. Values of all magnitudes, subnormal halves included.
+  std::mt19937 rng(17);
+  ThreadPool pool(2);
+  const int64_t n = 83, k = 70;  // 6 panels, the last of 3 rows
+  std::vector<float> a(static_cast<size_t>(13 * k)), bias(static_cast<size_t>(n));
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (float& v : a) v = uniform(rng);
+  for (float& v : bias) v = uniform(rng);
+  for (const auto dtype : {DenseMatrixRef::Dtype::kBF16, DenseMatrixRef::Dtype::kF16}) {
+    std::vector<uint16_t> halves(static_cast<size_t>(n * k));
+    std::vector<float> widened(halves.size());
+    for (size_t i = 0; i < halves.size(); ++i) {
+      const float v = std::ldexp(uniform(rng), static_cast<int>(rng() % 40) - 30);
+      halves[i] = dtype == DenseMatrixRef::Dtype::kBF16 ? f32_to_bf16(v) : f32_to_f16(v);
+      widened[i] = dtype == DenseMatrixRef::Dtype::kBF16 ? bf16_to_f32(halves[i]) : f16_to_f32(halves[i]);
+    }
+    DenseMatrixRef half_ref{n, k, reinterpret_cast<const uint8_t*>(halves.data()), dtype};
+    DenseMatrixRef f32_ref{n, k, reinterpret_cast<const uint8_t*>(widened.data()), DenseMatrixRef::Dtype::kF32};
+    const PackedWeights half = PackedWeights::pack({half_ref}, k, &pool), full = PackedWeights::pack({f32_ref}, k, &pool);
+    CHECK(half.elem != PackedWeights::Elem::kF32 && full.elem == PackedWeights::Elem::kF32);
+    CHECK_EQ(half.bytes() * 2, full.bytes());
+    for (const CpuKernels* kernels : {&portable_kernels(), &cpu_kernels()}) {
+      for (int64_t m = 1; m <= 13; ++m) {
+        for (const bool accumulate : {false, true}) {
+          std::vector<std::vector<float>> out;
+          for (const PackedWeights* w : {&half, &full}) {
+            out.emplace_back(static_cast<size_t>(m * n), 0.5f);
+            GemmArgs g;
+            g.m = m;
+            g.a = a.data();
+            g.lda = k;
+            g.w = w;
+            g.c = out.back().data();
+            g.ldc = n;
+            g.bias = accumulate ? nullptr : bias.data();
+            g.accumulate = accumulate;
+            parallel_gemm(pool, *kernels, g);
+          }
+          const bool same = std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4) == 0;
+          if (!same) std::printf("  %s, %lld rows, accumulate %d: differ\n", kernels->isa, static_cast<long long>(m), accumulate);
+          CHECK(same);
+        }
+      }
+    }
+    std::vector<float> row(static_cast<size_t>(k));
+    half.row(n - 1, row.data());  // a tied table's token gather
+    CHECK(std::memcmp(row.data(), widened.data() + (n - 1) * k, static_cast<size_t>(k) * 4) == 0);
+  }
+  // Parts of two dtypes (or an F32 one) are widened to fp32 panels.
+  std::vector<uint16_t> ones(static_cast<size_t>(k), 0x3F80);  // bf16 1.0
+  std::vector<uint16_t> halves_one(static_cast<size_t>(k), 0x3C00);  // f16 1.0
+  const PackedWeights mixed = PackedWeights::pack(
+      {DenseMatrixRef{1, k, reinterpret_cast<const uint8_t*>(ones.data()), DenseMatrixRef::Dtype::kBF16},
+       DenseMatrixRef{1, k, reinterpret_cast<const uint8_t*>(halves_one.data()), DenseMatrixRef::Dtype::kF16}},
+      k, nullptr);
+  CHECK(mixed.elem == PackedWeights::Elem::kF32 && mixed.halves.empty());
+  std::vector<float> row(static_cast<size_t>(k));
+  mixed.row(1, row.data());
+  CHECK(std::all_of(row.begin(), row.end(), [](float v) { return v == 1.0f; }));
 }
 
 TEST_CASE("cpu backend: chunking, batching, block placement and threads do not change a bit") {

@@ -232,10 +232,12 @@ TEST_CASE("loading: tied embeddings from either table") {
 }
 
 TEST_CASE("loading: the CPU backend packs a checkpoint's matrices from its mapping as it would their copies") {
-  // The backend widens each matrix into its panels straight from the safetensors mapping (and
-  // reads a tied table's token rows back from those panels); from load_model_weights' fp32
-  // copies it packs the same values. So the logits must agree to the bit, in every dtype, tied
-  // or not, and the load's progress must end at the checkpoint's bytes.
+  // The backend packs each matrix into its panels straight from the safetensors mapping, keeping
+  // a bf16/f16 checkpoint's values as they are (the GEMM widens them exactly; an untied table's
+  // rows too, on gather), and reads a tied table's token rows back from those panels; from
+  // load_model_weights' fp32 copies it packs the widened values into fp32 panels. So the logits
+  // must agree to the bit, in every dtype, tied or not, and the load's progress must end at the
+  // checkpoint's bytes.
   std::string tied = kTinyConfig;
   tied.replace(tied.find("\"tie_word_embeddings\": false"), 28, "\"tie_word_embeddings\": true");
   const std::vector<int32_t> prompt = {1, 5, 9, 30, 7, 2, 31}, table = {0};
@@ -263,6 +265,8 @@ TEST_CASE("loading: the CPU backend packs a checkpoint's matrices from its mappi
       CHECK(progress[1] > 0 && progress[0] == progress[1]);
       const ModelConfig config = load_model_config(dir.path());
       CpuBackend copied(config, load_model_weights(dir.path(), config), {1});
+      CHECK(mapped.weights_format() == (dtype == "F32" ? "float32" : dtype == "BF16" ? "bfloat16" : "float16"));
+      CHECK(copied.weights_format() == "float32");
       const std::vector<float> a = logits_of(mapped), b = logits_of(copied);
       bool finite = true;
       for (float v : a) finite = finite && std::isfinite(v);

@@ -64,6 +64,11 @@ std::unique_ptr<ModelBackend> load_cpu(const RunnerOptions& o, RunnerInfo& info,
     throw CodedError("STRATA_INVALID_CONFIG",
                      "kvCacheDtype must be auto, float32 or float16 on the cpu backend, got \"" + o.kv_cache_dtype + "\"");
   }
+  if (o.cpu_weights_dtype == "float32") backend_options.weights_dtype = CpuWeightsDtype::kFloat32;
+  else if (o.cpu_weights_dtype != "auto") {
+    throw CodedError("STRATA_INVALID_CONFIG",
+                     "cpuWeightsDtype must be auto or float32, got \"" + o.cpu_weights_dtype + "\"");
+  }
   std::unique_ptr<CpuBackend> cpu =
       o.model_dir.empty()
           ? std::make_unique<CpuBackend>(preset_model_config(o.dummy_preset), o.dummy_seed, backend_options)

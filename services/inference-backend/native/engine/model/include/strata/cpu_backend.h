@@ -19,18 +19,27 @@ namespace strata {
 // memory); fp32 for an fp32/f16/bf16 checkpoint, whose logits are checked against fp32 references.
 enum class CpuKvDtype { kAuto, kFloat32, kFloat16 };
 
+// How a checkpoint's bf16/fp16 matrices are kept: as they are (kAuto; the GEMM widens them
+// exactly as it loads them: half the memory, faster decode at one or two sequences, 11-25%
+// slower at 8 and up to 11% at 32 on a Zen 4 class CPU, the same prefill), or widened to fp32
+// at load (kFloat32). The logits are the same bits either way. fp32 and quantized matrices are
+// not affected.
+enum class CpuWeightsDtype { kAuto, kFloat32 };
+
 struct CpuBackendOptions {
   int32_t num_threads = 0;  // threads computing a step, the caller's included; 0: every available CPU
                             // (the load itself packs the weights on every available CPU)
   CpuKvDtype kv_dtype = CpuKvDtype::kAuto;
   LoadProgress progress{};  // the checkpoint's bytes read so far, for another thread (load_progress.h)
+  CpuWeightsDtype weights_dtype = CpuWeightsDtype::kAuto;
 };
 
 class CpuBackend final : public ModelBackend {
  public:
   // A Hugging Face directory (config.json, generation_config.json, safetensors) or a GGUF file
   // (or a directory holding one): see resolve_model_source(). GGUF matrices in Q4_0, Q4_1 or
-  // Q8_0 stay in their blocks; the other tensors are widened to fp32.
+  // Q8_0 stay in their blocks; bf16/fp16 matrices keep their dtype (options.weights_dtype); the
+  // other tensors are widened to fp32.
   explicit CpuBackend(const std::filesystem::path& model_path, CpuBackendOptions options = {});
   // The dummy load format: random weights (see make_dummy_weights) for `config`.
   CpuBackend(const ModelConfig& config, uint64_t dummy_seed, CpuBackendOptions options = {});
@@ -53,7 +62,9 @@ class CpuBackend final : public ModelBackend {
   // The kernels it runs: the fp32 set ("avx2+fma" or "portable"), and for a model with
   // quantized matrices the quantized set too ("avx2+fma, quantized: avx512vnni").
   const std::string& kernel_isa() const;
-  // The weights' numeric format: "float32", or the block types of the quantized matrices ("Q4_1 + Q8_0").
+  // The weights' numeric format: the dense matrices' element type ("float32"; "bfloat16" or
+  // "float16" for a checkpoint in that dtype, whose values the GEMM widens as it loads them),
+  // or the block types of the quantized matrices ("Q4_1 + Q8_0").
   const std::string& weights_format() const;
   // The KV pool's element type: "float32" or "float16".
   const std::string& kv_cache_dtype() const;
