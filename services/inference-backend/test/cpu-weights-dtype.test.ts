@@ -2,10 +2,10 @@
 // keeps its bf16 values in the CPU backend's panels by default (the GEMM widens them exactly as
 // it reads them) or widens them to fp32 at load; the two give the same tokens and logprobs, bit
 // for bit, and name their weights so. A value other than auto or float32 is refused.
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { readSafetensorsHeader } from '../src/convert/safetensors.js';
+import { type EncodedTensor, readSafetensorsHeader, writeSafetensors } from '../src/convert/safetensors.js';
 import { Engine } from '../src/engine/engine.js';
 import { modelPath, optionalModel } from './support/models.js';
 import { copyTinystories, TempDirs } from './support/temp-model.js';
@@ -20,30 +20,20 @@ async function writeBf16Copy(dir: string): Promise<void> {
   const header = await readSafetensorsHeader(source);
   const bytes = await readFile(source);
   const start = 8 + header.headerBytes;
-  const entries: Record<string, unknown> = { __metadata__: header.metadata };
-  const parts: Buffer[] = [];
-  let offset = 0;
-  for (const { name, entry } of header.tensors) {
+  const tensors: EncodedTensor[] = header.tensors.map(({ name, entry }) => {
     expect(entry.dtype).toBe('F32');
     const [begin, end] = entry.data_offsets;
-    const values = new Float32Array(
+    const bits = new Uint32Array(
       bytes.buffer.slice(bytes.byteOffset + start + begin, bytes.byteOffset + start + end),
     );
-    const bits = new Uint32Array(values.buffer);
-    const out = Buffer.alloc(values.length * 2);
+    const out = new Uint16Array(bits.length);
     for (let i = 0; i < bits.length; i++) {
       const b = bits[i] ?? 0;
-      out.writeUInt16LE(((b + 0x7fff + ((b >>> 16) & 1)) >>> 16) & 0xffff, 2 * i);
+      out[i] = ((b + 0x7fff + ((b >>> 16) & 1)) >>> 16) & 0xffff;
     }
-    entries[name] = { dtype: 'BF16', shape: entry.shape, data_offsets: [offset, offset + out.length] };
-    offset += out.length;
-    parts.push(out);
-  }
-  let json = JSON.stringify(entries);
-  json += ' '.repeat((8 - (Buffer.byteLength(json) % 8)) % 8);
-  const prefix = Buffer.alloc(8);
-  prefix.writeBigUInt64LE(BigInt(Buffer.byteLength(json)));
-  await writeFile(path.join(dir, 'model.safetensors'), Buffer.concat([prefix, Buffer.from(json), ...parts]));
+    return { name, shape: entry.shape, dtype: 'BF16', data: new Uint8Array(out.buffer) };
+  });
+  await writeSafetensors(path.join(dir, 'model.safetensors'), tensors, header.metadata);
 }
 
 describe.skipIf(!tiny.path)(`the CPU backend's bf16 weights${tiny.skipped}`, () => {

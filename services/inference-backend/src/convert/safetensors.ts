@@ -14,6 +14,16 @@ export interface F32Tensor {
   data: Float32Array;
 }
 
+/** A tensor already encoded: `data` holds its values in `dtype`, little-endian, row-major. */
+export interface EncodedTensor {
+  name: string;
+  shape: readonly number[];
+  dtype: 'F32' | 'F16' | 'BF16';
+  data: Uint8Array;
+}
+
+const ITEM_BYTES = { F32: 4, F16: 2, BF16: 2 } as const;
+
 const tensorEntrySchema = z.object({
   dtype: z.string(),
   shape: z.array(z.number().int().nonnegative()),
@@ -31,22 +41,31 @@ export interface SafetensorsHeader {
 
 const HEADER_ALIGN = 8;
 
-/** Writes `tensors` to `file` (data in the given order); returns the file's size in bytes. */
+/**
+ * Writes `tensors` to `file` (data in the given order): fp32 arrays, or values already encoded in
+ * F32, F16 or BF16. Returns the file's size in bytes.
+ */
 export async function writeSafetensors(
   file: string,
-  tensors: readonly F32Tensor[],
+  tensors: readonly (F32Tensor | EncodedTensor)[],
   metadata: Record<string, string> = { format: 'pt' },
 ): Promise<number> {
   const header: Record<string, unknown> = { __metadata__: metadata };
   let offset = 0;
-  for (const t of tensors) {
+  const encoded = tensors.map((t): EncodedTensor => {
+    if ('dtype' in t) return t;
+    // Float32Array bytes are host order; every platform this runs on is little-endian, as the format wants.
+    return { ...t, dtype: 'F32', data: new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength) };
+  });
+  for (const t of encoded) {
     const elements = t.shape.reduce((a, b) => a * b, 1);
-    if (elements !== t.data.length) {
+    const values = t.data.byteLength / ITEM_BYTES[t.dtype];
+    if (elements !== values) {
       throw new Error(
-        `tensor ${t.name}: shape [${t.shape.join(', ')}] needs ${elements} values, has ${t.data.length}`,
+        `tensor ${t.name}: shape [${t.shape.join(', ')}] needs ${elements} values, has ${values}`,
       );
     }
-    header[t.name] = { dtype: 'F32', shape: t.shape, data_offsets: [offset, offset + t.data.byteLength] };
+    header[t.name] = { dtype: t.dtype, shape: t.shape, data_offsets: [offset, offset + t.data.byteLength] };
     offset += t.data.byteLength;
   }
   let json = JSON.stringify(header);
@@ -60,9 +79,7 @@ export async function writeSafetensors(
   try {
     await handle.write(prefix);
     await handle.write(headerBuf);
-    // Float32Array bytes are host order; every platform this runs on is little-endian, as the format wants.
-    for (const t of tensors)
-      await handle.write(new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength));
+    for (const t of encoded) await handle.write(t.data);
   } finally {
     await handle.close();
   }

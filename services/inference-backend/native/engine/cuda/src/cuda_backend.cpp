@@ -264,9 +264,8 @@ class WeightUploader {
     for (int64_t first = 0; first < m.rows; first += per_chunk) {
       const int64_t n = std::min(per_chunk, m.rows - first);
       const int s = next_slot(size_t(n * row_bytes), [&](char* to) {
-        split_work(n, threads_for(n * row_bytes, int64_t{1} << 22), [&](int64_t a, int64_t b) {
-          for (int64_t r = a; r < b; ++r) std::memcpy(to + r * row_bytes, m.row(first + r), size_t(row_bytes));
-        });
+        split_work(n, threads_for(n * row_bytes, int64_t{1} << 22),
+                   [&](int64_t a, int64_t b) { m.copy_rows(first + a, first + b, reinterpret_cast<uint8_t*>(to) + a * row_bytes); });
       });
       cuda::convert(src_dtype, raw_[s].as(), dtype_, static_cast<char*>(dst) + first * m.cols * esize, n * m.cols,
                     stream_);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <cstring>
 #include <memory>
 #include <stdexcept>
 #if defined(__GLIBC__)
@@ -324,10 +323,12 @@ struct CpuBackend::Impl {
       } else if (m.dtype != DenseMatrixRef::Dtype::kF32 && !s.widen) {  // kept in its dtype, as the GEMMs' panels are
         const int64_t row_bytes = m.row_bytes();
         embed_bytes.resize(static_cast<size_t>(m.rows * row_bytes));
-        for_each_run(&loader, m.rows, 1024, [&](int64_t first, int64_t last) {
-          for (int64_t r = first; r < last; ++r) std::memcpy(embed_bytes.data() + r * row_bytes, m.row(r), static_cast<size_t>(row_bytes));
-        });
-        embed_half = DenseMatrixRef{m.rows, m.cols, embed_bytes.data(), m.dtype};
+        for_each_run(&loader, m.rows, 1024,
+                     [&](int64_t first, int64_t last) { m.copy_rows(first, last, embed_bytes.data() + first * row_bytes); });
+        embed_half.rows = m.rows;
+        embed_half.cols = m.cols;
+        embed_half.data = embed_bytes.data();
+        embed_half.dtype = m.dtype;
       } else {
         embed.resize(static_cast<size_t>(m.rows * m.cols));
         for_each_run(&loader, m.rows, 256, [&](int64_t first, int64_t last) { m.rows_to_f32(first, last, embed.data()); });
@@ -617,7 +618,7 @@ CpuBackend::CpuBackend(const std::filesystem::path& model_path, CpuBackendOption
   const ModelSource source = resolve_model_source(model_path);
   if (source.kind == ModelSource::Kind::kGguf) {
     // The norms and biases are read out; the matrices are packed into panels straight from the
-    // file's mapping (floating-point ones widened to fp32 as they are), unmapped once they are.
+    // file's mapping (as a safetensors checkpoint's are), unmapped once they are.
     const GgufFile file = GgufFile::open(source.path);
     ModelConfig config = gguf_model_config(file);
     options.progress.start(gguf_tensor_bytes(file));

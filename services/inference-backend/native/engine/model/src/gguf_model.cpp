@@ -252,16 +252,10 @@ QuantMatrix copy_blocks(const GgufBlocks& b) {
 ModelWeights load_gguf_weights(const GgufFile& file, const ModelConfig& config, const LoadProgress& progress) {
   progress.start(gguf_tensor_bytes(file));
   GgufWeights mapped = map_gguf_weights(file, config, progress);
-  for (TensorSlot& slot : tensor_slots(config, &mapped.dense)) {
-    const auto it = mapped.matrices.find(slot.name);
-    if (it == mapped.matrices.end()) continue;
-    const DenseMatrixRef& m = it->second;
-    slot.target->resize(static_cast<size_t>(m.rows * m.cols));
-    split_work(m.rows, threads_for(m.rows * m.row_bytes(), int64_t{1} << 22),
-               [&](int64_t first, int64_t last) { m.rows_to_f32(first, last, slot.target->data()); });
+  widen_matrices(mapped.matrices, config, mapped.dense, [&](const DenseMatrixRef& m) {
     progress.add(static_cast<int64_t>(m.gguf_tensor->nbytes));
     file.release(*m.gguf_tensor);
-  }
+  });
   for (auto& [name, blocks] : mapped.blocks) {
     mapped.dense.quantized.emplace(name, copy_blocks(blocks));
     progress.add(static_cast<int64_t>(blocks.tensor->nbytes));

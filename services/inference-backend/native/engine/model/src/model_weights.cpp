@@ -138,16 +138,22 @@ ModelWeights load_model_weights(const std::filesystem::path& model_dir, const Mo
                                 const LoadProgress& progress) {
   const SafetensorsArchive archive = SafetensorsArchive::open_model_dir(model_dir);
   MappedModelWeights mapped = map_model_weights(archive, config, progress);
-  for (TensorSlot& slot : tensor_slots(config, &mapped.dense)) {
-    auto it = mapped.matrices.find(slot.name);
-    if (it == mapped.matrices.end()) continue;
+  widen_matrices(mapped.matrices, config, mapped.dense,
+                 [&](const DenseMatrixRef& m) { progress.add(static_cast<int64_t>(m.tensor->nbytes)); });
+  return std::move(mapped.dense);
+}
+
+void widen_matrices(const std::unordered_map<std::string, DenseMatrixRef>& matrices, const ModelConfig& config,
+                    ModelWeights& weights, const std::function<void(const DenseMatrixRef&)>& read) {
+  for (TensorSlot& slot : tensor_slots(config, &weights)) {
+    const auto it = matrices.find(slot.name);
+    if (it == matrices.end()) continue;
     const DenseMatrixRef& m = it->second;
     slot.target->resize(static_cast<size_t>(m.rows * m.cols));
-    split_work(m.rows, threads_for(m.rows * m.cols * m.elem_bytes(), int64_t{1} << 22),
+    split_work(m.rows, threads_for(m.rows * m.row_bytes(), int64_t{1} << 22),
                [&](int64_t first, int64_t last) { m.rows_to_f32(first, last, slot.target->data()); });
-    progress.add(static_cast<int64_t>(m.tensor->nbytes));
+    read(m);
   }
-  return std::move(mapped.dense);
 }
 
 }  // namespace strata

@@ -221,6 +221,16 @@ void check_against_reference(const ModelConfig& config, const char* label, CpuKv
   }
 }
 
+// A matrix of `rows` x `cols` values of `dtype` at `data`, in its own row order.
+DenseMatrixRef dense_ref(int64_t rows, int64_t cols, const void* data, DenseMatrixRef::Dtype dtype) {
+  DenseMatrixRef m;
+  m.rows = rows;
+  m.cols = cols;
+  m.data = static_cast<const uint8_t*>(data);
+  m.dtype = dtype;
+  return m;
+}
+
 }  // namespace
 
 TEST_CASE("cpu backend: matches a dense double reference (Llama, GQA)") {
@@ -384,8 +394,8 @@ TEST_CASE("cpu kernels: a GEMM on bf16 or f16 panels is the GEMM on fp32 panels 
       halves[i] = dtype == DenseMatrixRef::Dtype::kBF16 ? f32_to_bf16(v) : f32_to_f16(v);
       widened[i] = dtype == DenseMatrixRef::Dtype::kBF16 ? bf16_to_f32(halves[i]) : f16_to_f32(halves[i]);
     }
-    DenseMatrixRef half_ref{n, k, reinterpret_cast<const uint8_t*>(halves.data()), dtype};
-    DenseMatrixRef f32_ref{n, k, reinterpret_cast<const uint8_t*>(widened.data()), DenseMatrixRef::Dtype::kF32};
+    const DenseMatrixRef half_ref = dense_ref(n, k, halves.data(), dtype);
+    const DenseMatrixRef f32_ref = dense_ref(n, k, widened.data(), DenseMatrixRef::Dtype::kF32);
     const PackedWeights half = PackedWeights::pack({half_ref}, k, &pool), full = PackedWeights::pack({f32_ref}, k, &pool);
     CHECK(half.elem != PackedWeights::Elem::kF32 && full.elem == PackedWeights::Elem::kF32);
     CHECK_EQ(half.bytes() * 2, full.bytes());
@@ -420,8 +430,7 @@ TEST_CASE("cpu kernels: a GEMM on bf16 or f16 panels is the GEMM on fp32 panels 
   std::vector<uint16_t> ones(static_cast<size_t>(k), 0x3F80);  // bf16 1.0
   std::vector<uint16_t> halves_one(static_cast<size_t>(k), 0x3C00);  // f16 1.0
   const PackedWeights mixed = PackedWeights::pack(
-      {DenseMatrixRef{1, k, reinterpret_cast<const uint8_t*>(ones.data()), DenseMatrixRef::Dtype::kBF16},
-       DenseMatrixRef{1, k, reinterpret_cast<const uint8_t*>(halves_one.data()), DenseMatrixRef::Dtype::kF16}},
+      {dense_ref(1, k, ones.data(), DenseMatrixRef::Dtype::kBF16), dense_ref(1, k, halves_one.data(), DenseMatrixRef::Dtype::kF16)},
       k, nullptr);
   CHECK(mixed.elem == PackedWeights::Elem::kF32 && mixed.halves.empty());
   std::vector<float> row(static_cast<size_t>(k));

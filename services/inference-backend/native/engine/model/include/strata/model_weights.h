@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -87,6 +89,10 @@ struct DenseMatrixRef {
   void rows_to_f32(int64_t first, int64_t last, float* matrix) const {
     for (int64_t r = first; r < last; ++r) to_f32(r, 0, cols, matrix + r * cols);
   }
+  // Rows [first, last) as they are stored, one after another at `out`, in the row order.
+  void copy_rows(int64_t first, int64_t last, uint8_t* out) const {
+    for (int64_t r = first; r < last; ++r) std::memcpy(out + (r - first) * row_bytes(), row(r), static_cast<size_t>(row_bytes()));
+  }
 };
 
 // load_model_weights without converting the matrices: `dense` holds the 1-D tensors (norms,
@@ -101,6 +107,12 @@ struct MappedModelWeights {
 // matrices' (the caller counts each as it reads it).
 MappedModelWeights map_model_weights(const SafetensorsArchive& archive, const ModelConfig& config,
                                      const LoadProgress& progress = {});
+
+// The copying loads' last step (load_model_weights, load_gguf_weights): each of `matrices`
+// widened into its fp32 member of `weights`, rows split among threads, then handed to `read`
+// (to count its bytes and let its pages go).
+void widen_matrices(const std::unordered_map<std::string, DenseMatrixRef>& matrices, const ModelConfig& config,
+                    ModelWeights& weights, const std::function<void(const DenseMatrixRef&)>& read);
 
 // Random weights for any config, for benchmarks: matrices and biases N(0, 0.02^2), norms 1.
 // Deterministic in `seed` (own generator, per-chunk streams: independent of the thread count).
