@@ -217,7 +217,7 @@ export interface NativeEngineInfo {
     kvBytesPerBlock: number;
   };
   backend: 'cpu' | 'cuda';
-  /** CPU kernels chosen at run time: "avx2+fma" or "portable"; "cuda" on the CUDA backend. */
+  /** CPU kernels chosen at run time: "avx512f", "avx2+fma" or "portable" (and the quantized set, for GGUF blocks); "cuda" on the CUDA backend. */
   kernelIsa: string;
   /** "cpu", or the GPU's name. */
   device: string;

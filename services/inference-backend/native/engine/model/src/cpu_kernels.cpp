@@ -11,15 +11,41 @@
 
 namespace strata {
 
-// STRATA_CPU_KERNELS=portable forces the portable build, to test it on an AVX2 machine.
-const CpuKernels& cpu_kernels() {
 #if defined(STRATA_HAVE_AVX2_KERNELS)
-  static const bool use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                               __builtin_cpu_supports("f16c") &&
-                               std::string_view(std::getenv("STRATA_CPU_KERNELS") ? std::getenv("STRATA_CPU_KERNELS") : "") != "portable";
-  if (use_avx2) return avx2_kernels();
+bool cpu_runs_avx2() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+#if defined(STRATA_HAVE_AVX512_KERNELS)
+static bool cpu_runs_avx512() { return cpu_runs_avx2() && __builtin_cpu_supports("avx512f"); }
 #endif
-  return portable_kernels();
+#endif
+
+// STRATA_CPU_KERNELS=portable forces the portable build and =avx2 the AVX2 one, to test them
+// (and compare) on a machine that runs more.
+const CpuKernels& cpu_kernels() {
+  static const CpuKernels& chosen = [] () -> const CpuKernels& {
+    const std::string_view forced = std::getenv("STRATA_CPU_KERNELS") ? std::getenv("STRATA_CPU_KERNELS") : "";
+    if (forced == "portable") return portable_kernels();
+#if defined(STRATA_HAVE_AVX2_KERNELS)
+#if defined(STRATA_HAVE_AVX512_KERNELS)
+    if (forced != "avx2" && cpu_runs_avx512()) return avx512_kernels();
+#endif
+    if (cpu_runs_avx2()) return avx2_kernels();
+#endif
+    return portable_kernels();
+  }();
+  return chosen;
+}
+
+std::vector<const CpuKernels*> runnable_cpu_kernels() {
+  std::vector<const CpuKernels*> out = {&portable_kernels()};
+#if defined(STRATA_HAVE_AVX2_KERNELS)
+  if (cpu_runs_avx2()) out.push_back(&avx2_kernels());
+#if defined(STRATA_HAVE_AVX512_KERNELS)
+  if (cpu_runs_avx512()) out.push_back(&avx512_kernels());
+#endif
+#endif
+  return out;
 }
 
 PackedWeights PackedWeights::pack(const std::vector<DenseMatrixRef>& parts, int64_t k, ThreadPool* pool, bool widen) {

@@ -90,7 +90,7 @@ inline int64_t attend_scratch_floats(int64_t rows, int64_t head_dim, int64_t las
 }
 
 struct CpuKernels {
-  const char* isa;  // "avx2+fma" or "portable"
+  const char* isa;  // "avx512f" (its GEMM; the rest is the AVX2 build's), "avx2+fma" or "portable"
   // Output panels [panel_begin, panel_end) of a GEMM, all rows.
   void (*gemm)(const GemmArgs& args, int64_t panel_begin, int64_t panel_end);
   // out[i] = silu(gate[i]) * up[i]
@@ -107,9 +107,17 @@ struct CpuKernels {
 const CpuKernels& portable_kernels();
 #if defined(STRATA_HAVE_AVX2_KERNELS)
 const CpuKernels& avx2_kernels();
+// What the x86 builds (these and the quantized ones) need of the CPU: AVX2, FMA and F16C
+// (every AVX2 CPU has all three, but a VM can hide some).
+bool cpu_runs_avx2();
 #endif
-// The best kernels this CPU runs.
+#if defined(STRATA_HAVE_AVX512_KERNELS)
+const CpuKernels& avx512_kernels();
+#endif
+// The best kernels this CPU runs. STRATA_CPU_KERNELS=avx2 or =portable forces a lesser set.
 const CpuKernels& cpu_kernels();
+// Every set this CPU runs, portable first.
+std::vector<const CpuKernels*> runnable_cpu_kernels();
 
 // A GEMM split over the pool by weight panels, so each weight is read once per step while the
 // step's tokens stream past it.

@@ -7,6 +7,7 @@
 #include <new>
 #include <string_view>
 
+#include "cpu_kernels.h"
 #include "strata/float_convert.h"
 #include "thread_pool.h"
 
@@ -178,10 +179,6 @@ const QuantKernels& portable_quant_kernels() {
 }
 
 #if defined(STRATA_HAVE_AVX2_KERNELS)
-// What the x86 kernels need of the CPU (every AVX2 CPU has FMA and F16C, but a VM can hide them).
-static bool cpu_runs_avx2() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-}
 #if defined(STRATA_HAVE_AVX512VNNI_KERNELS)
 static bool cpu_runs_avx512vnni() {
   return cpu_runs_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

@@ -276,8 +276,7 @@ TEST_CASE("cpu kernels: to_half rounds as f32_to_f16, bit for bit, in every kern
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> mag(-30.0f, 17.0f);
   for (int i = 0; i < 1000; ++i) src.push_back((i % 2 ? -1.0f : 1.0f) * std::exp2(mag(rng)));
-  std::vector<const CpuKernels*> sets = {&portable_kernels(), &cpu_kernels()};
-  for (const CpuKernels* k : sets) {
+  for (const CpuKernels* k : runnable_cpu_kernels()) {
     for (const size_t n : {src.size(), size_t{13}, size_t{8}, size_t{3}}) {
       std::vector<uint16_t> got(n, 0xFFFF);
       k->to_half(src.data(), got.data(), static_cast<int64_t>(n));
@@ -294,7 +293,7 @@ TEST_CASE("cpu kernels: from_half widens every half as f16_to_f32, bit for bit, 
   // 8 so the scalar tail is used too. A NaN stays a NaN (F16C quiets a signalling one).
   std::vector<uint16_t> src(65536);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint16_t>(i);
-  for (const CpuKernels* k : {&portable_kernels(), &cpu_kernels()}) {
+  for (const CpuKernels* k : runnable_cpu_kernels()) {
     for (const size_t n : {src.size(), size_t{13}, size_t{8}, size_t{3}}) {
       std::vector<float> got(n, 42.0f);
       k->from_half(src.data() + 1, got.data(), static_cast<int64_t>(n - 1));
@@ -376,9 +375,9 @@ TEST_CASE("cpu kernels: panels packed from F32, F16 and BF16 parts where they li
 }
 
 TEST_CASE("cpu kernels: a GEMM on bf16 or f16 panels is the GEMM on fp32 panels of the widened values, bit for bit") {
-  // Every tile shape (1 to 13 rows: the decode tiles of 1 and 2 rows over 3 panels at a time,
-  // then 6-row tiles and their remainders), a partial last panel, bias and accumulate, in
-  // every kernel set. Values of all magnitudes, subnormal halves included.
+  // Every tile shape (1 to 13 rows: the AVX2 build's decode tiles of 1 and 2 rows over 3 panels
+  // at a time, then 6-row tiles and their remainders; the AVX-512 build's tiles of up to 8 rows),
+  // a partial last panel, bias and accumulate, in every kernel set this CPU runs. Values of all magnitudes, subnormal halves included.
   std::mt19937 rng(17);
   ThreadPool pool(2);
   const int64_t n = 83, k = 70;  // 6 panels, the last of 3 rows
@@ -399,7 +398,7 @@ TEST_CASE("cpu kernels: a GEMM on bf16 or f16 panels is the GEMM on fp32 panels 
     const PackedWeights half = PackedWeights::pack({half_ref}, k, &pool), full = PackedWeights::pack({f32_ref}, k, &pool);
     CHECK(half.elem != PackedWeights::Elem::kF32 && full.elem == PackedWeights::Elem::kF32);
     CHECK_EQ(half.bytes() * 2, full.bytes());
-    for (const CpuKernels* kernels : {&portable_kernels(), &cpu_kernels()}) {
+    for (const CpuKernels* kernels : runnable_cpu_kernels()) {
       for (int64_t m = 1; m <= 13; ++m) {
         for (const bool accumulate : {false, true}) {
           std::vector<std::vector<float>> out;
@@ -436,6 +435,86 @@ TEST_CASE("cpu kernels: a GEMM on bf16 or f16 panels is the GEMM on fp32 panels 
   std::vector<float> row(static_cast<size_t>(k));
   mixed.row(1, row.data());
   CHECK(std::all_of(row.begin(), row.end(), [](float v) { return v == 1.0f; }));
+}
+
+TEST_CASE("cpu kernels: the AVX-512 GEMM gives the AVX2 GEMM's bits; each row's result is its own, whatever the batch") {
+  // Both x86 builds run each output's fmadd chain over k in order, so they must agree bit for
+  // bit on every panel type, row count (every tile and remainder of both, and two row blocks
+  // of the AVX-512 build at k = 4,100), panel range (a thread's share ends anywhere) and
+  // epilogue. Within one set, row r's result with m rows is its result alone (batch invariance).
+  std::vector<const CpuKernels*> x86;
+  for (const CpuKernels* set : runnable_cpu_kernels())
+    if (std::string(set->isa) != "portable") x86.push_back(set);
+  if (x86.size() < 2) std::printf("  this CPU runs %zu x86 kernel set(s): AVX-512 not compared\n", x86.size());
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (const int64_t k : {int64_t{70}, int64_t{4100}}) {
+    const int64_t n = 107;  // 7 panels, the last of 11 rows
+    const int64_t rows = k > 1000 ? 30 : 20;
+    std::vector<float> a(static_cast<size_t>(rows * k)), bias(static_cast<size_t>(n)), dense(static_cast<size_t>(n * k));
+    for (float& v : a) v = uniform(rng);
+    for (float& v : bias) v = uniform(rng);
+    for (float& v : dense) v = std::ldexp(uniform(rng), static_cast<int>(rng() % 12) - 6);
+    std::vector<uint16_t> bf16(dense.size()), f16(dense.size());
+    for (size_t i = 0; i < dense.size(); ++i) {
+      bf16[i] = f32_to_bf16(dense[i]);
+      f16[i] = f32_to_f16(dense[i]);
+    }
+    std::vector<PackedWeights> weights;
+    weights.push_back(PackedWeights::pack({dense_ref(n, k, dense.data(), DenseMatrixRef::Dtype::kF32)}, k, nullptr));
+    weights.push_back(PackedWeights::pack({dense_ref(n, k, bf16.data(), DenseMatrixRef::Dtype::kBF16)}, k, nullptr));
+    weights.push_back(PackedWeights::pack({dense_ref(n, k, f16.data(), DenseMatrixRef::Dtype::kF16)}, k, nullptr));
+    for (const PackedWeights& w : weights) {
+      for (const bool accumulate : {false, true}) {
+        // gemm over panels [0, 7) in two shares split at `split`, m rows from row 0.
+        const auto run = [&](const CpuKernels& set, int64_t m, int64_t split) {
+          std::vector<float> c(static_cast<size_t>(m * n));
+          for (size_t i = 0; i < c.size(); ++i) c[i] = 0.25f * static_cast<float>(i % 7);
+          GemmArgs g;
+          g.m = m;
+          g.a = a.data();
+          g.lda = k;
+          g.w = &w;
+          g.c = c.data();
+          g.ldc = n;
+          g.bias = accumulate ? nullptr : bias.data();
+          g.accumulate = accumulate;
+          set.gemm(g, 0, split);
+          set.gemm(g, split, w.num_panels());
+          return c;
+        };
+        for (const CpuKernels* set : x86) {
+          for (int64_t m = 1; m <= rows; ++m) {
+            const std::vector<float> got = run(*set, m, m % 7);
+            const std::vector<float> base = run(*x86.front(), m, 3);
+            const bool same = std::memcmp(got.data(), base.data(), got.size() * 4) == 0;
+            if (!same) std::printf("  %s vs %s: %s, k %lld, %lld rows, accumulate %d: differ\n", set->isa, x86.front()->isa,
+                                   elem_name(w.elem), static_cast<long long>(k), static_cast<long long>(m), accumulate);
+            CHECK(same);
+          }
+          const std::vector<float> all = run(*set, rows, 3);
+          bool invariant = true;
+          for (int64_t r = 0; r < rows; ++r) {
+            GemmArgs g;
+            g.m = 1;
+            g.a = a.data() + r * k;
+            g.lda = k;
+            g.w = &w;
+            std::vector<float> c(static_cast<size_t>(n));
+            for (size_t i = 0; i < c.size(); ++i) c[i] = 0.25f * static_cast<float>((r * n + static_cast<int64_t>(i)) % 7);
+            g.c = c.data();
+            g.ldc = n;
+            g.bias = accumulate ? nullptr : bias.data();
+            g.accumulate = accumulate;
+            set->gemm(g, 0, w.num_panels());
+            invariant = invariant && std::memcmp(c.data(), all.data() + r * n, c.size() * 4) == 0;
+          }
+          if (!invariant) std::printf("  %s: %s, k %lld: a row alone differs from the batch\n", set->isa, elem_name(w.elem), static_cast<long long>(k));
+          CHECK(invariant);
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("cpu backend: chunking, batching, block placement and threads do not change a bit") {

@@ -59,7 +59,7 @@ class CpuBackend final : public ModelBackend {
   void forward_chunked(const StepBatch& batch, int32_t chunk_rows, const LogitsConsumer& consume) override;
 
   int32_t num_threads() const;
-  // The kernels it runs: the fp32 set ("avx2+fma" or "portable"), and for a model with
+  // The kernels it runs: the fp32 set ("avx512f", "avx2+fma" or "portable"), and for a model with
   // quantized matrices the quantized set too ("avx2+fma, quantized: avx512vnni").
   const std::string& kernel_isa() const;
   // The weights' numeric format: the dense matrices' element type ("float32"; "bfloat16" or
