@@ -1,9 +1,7 @@
 #include "cpu_kernels.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 #include <type_traits>
 
 #include "strata/float_convert.h"
@@ -20,20 +18,8 @@ static bool cpu_runs_avx512() { return cpu_runs_avx2() && __builtin_cpu_supports
 #endif
 #endif
 
-// STRATA_CPU_KERNELS=portable forces the portable build and =avx2 the AVX2 one, to test them
-// (and compare) on a machine that runs more.
 const CpuKernels& cpu_kernels() {
-  static const CpuKernels& chosen = [] () -> const CpuKernels& {
-    const std::string_view forced = std::getenv("STRATA_CPU_KERNELS") ? std::getenv("STRATA_CPU_KERNELS") : "";
-    if (forced == "portable") return portable_kernels();
-#if defined(STRATA_HAVE_AVX2_KERNELS)
-#if defined(STRATA_HAVE_AVX512_KERNELS)
-    if (forced != "avx2" && cpu_runs_avx512()) return avx512_kernels();
-#endif
-    if (cpu_runs_avx2()) return avx2_kernels();
-#endif
-    return portable_kernels();
-  }();
+  static const CpuKernels& chosen = pick_kernels(runnable_cpu_kernels());
   return chosen;
 }
 

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "strata/model_weights.h"
@@ -116,8 +118,23 @@ const CpuKernels& avx512_kernels();
 #endif
 // The best kernels this CPU runs. STRATA_CPU_KERNELS=avx2 or =portable forces a lesser set.
 const CpuKernels& cpu_kernels();
-// Every set this CPU runs, portable first.
+// Every set this CPU runs, portable first, the best last.
 std::vector<const CpuKernels*> runnable_cpu_kernels();
+
+// The set STRATA_CPU_KERNELS asks for among `sets` (a runnable list: portable first, the best
+// last; each with an `isa`): =portable the portable set, =avx2 the AVX2 one where the CPU runs
+// it, anything else the best. Both the fp32 and the quantized kernels choose by it, to test
+// and compare the lesser sets on a machine that runs more.
+template <class Set>
+const Set& pick_kernels(const std::vector<const Set*>& sets) {
+  const char* env = std::getenv("STRATA_CPU_KERNELS");
+  const std::string_view forced = env != nullptr ? env : "";
+  if (forced == "portable") return *sets.front();
+  if (forced == "avx2")
+    for (const Set* set : sets)
+      if (std::string_view(set->isa) == "avx2+fma") return *set;
+  return *sets.back();
+}
 
 // A GEMM split over the pool by weight panels, so each weight is read once per step while the
 // step's tokens stream past it.

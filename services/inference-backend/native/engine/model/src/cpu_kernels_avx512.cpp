@@ -51,12 +51,18 @@ struct ZBF16 {
   static constexpr bool kSlotOrder = true;
 };
 
+// The lane holding row j of a bf16 panel's k: its slot.
+constexpr std::array<int32_t, kPanel> kRowSlots = [] {
+  std::array<int32_t, kPanel> slots{};
+  for (int64_t j = 0; j < kPanel; ++j) slots[static_cast<size_t>(j)] = static_cast<int32_t>(strata::PackedWeights::bf16_slot(j));
+  return slots;
+}();
+
 // Lane j of the result is the lane holding row j.
 template <class W>
 __m512 to_row_order(__m512 v) {
   if constexpr (W::kSlotOrder) {
-    const __m512i slots = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
-    return _mm512_maskz_permutexvar_ps(kAll, slots, v);
+    return _mm512_maskz_permutexvar_ps(kAll, _mm512_loadu_si512(kRowSlots.data()), v);
   } else {
     return v;
   }

@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
-#include <string_view>
 
 #include "cpu_kernels.h"
 #include "strata/float_convert.h"
@@ -187,17 +186,7 @@ static bool cpu_runs_avx512vnni() {
 #endif
 #endif
 
-const QuantKernels& quant_kernels() {
-  const std::string_view forced = std::getenv("STRATA_CPU_KERNELS") ? std::getenv("STRATA_CPU_KERNELS") : "";
-  if (forced == "portable") return portable_quant_kernels();
-#if defined(STRATA_HAVE_AVX2_KERNELS)
-#if defined(STRATA_HAVE_AVX512VNNI_KERNELS)
-  if (forced != "avx2" && cpu_runs_avx512vnni()) return avx512vnni_quant_kernels();
-#endif
-  if (cpu_runs_avx2()) return avx2_quant_kernels();
-#endif
-  return portable_quant_kernels();
-}
+const QuantKernels& quant_kernels() { return pick_kernels(runnable_quant_kernels()); }
 
 std::vector<const QuantKernels*> runnable_quant_kernels() {
   std::vector<const QuantKernels*> out = {&portable_quant_kernels()};

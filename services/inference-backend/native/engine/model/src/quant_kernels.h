@@ -115,7 +115,7 @@ const QuantKernels& avx512vnni_quant_kernels();
 // forces the portable or AVX2 ones).
 const QuantKernels& quant_kernels();
 
-// Every kernel set this build has and this CPU runs, portable first (for tests and benchmarks).
+// Every kernel set this build has and this CPU runs, portable first, the best last.
 std::vector<const QuantKernels*> runnable_quant_kernels();
 
 // Reusable buffer for one GEMM's quantized activations; one per backend (GEMMs run one at a time).

@@ -231,6 +231,20 @@ DenseMatrixRef dense_ref(int64_t rows, int64_t cols, const void* data, DenseMatr
   return m;
 }
 
+// c (m rows of w.n) = a (m rows of k) times w's rows, plus bias; with no bias, added to c.
+GemmArgs gemm_args(const float* a, int64_t m, const PackedWeights& w, float* c, const float* bias) {
+  GemmArgs g;
+  g.m = m;
+  g.a = a;
+  g.lda = w.k;
+  g.w = &w;
+  g.c = c;
+  g.ldc = w.n;
+  g.bias = bias;
+  g.accumulate = bias == nullptr;
+  return g;
+}
+
 }  // namespace
 
 TEST_CASE("cpu backend: matches a dense double reference (Llama, GQA)") {
@@ -377,7 +391,8 @@ TEST_CASE("cpu kernels: panels packed from F32, F16 and BF16 parts where they li
 TEST_CASE("cpu kernels: a GEMM on bf16 or f16 panels is the GEMM on fp32 panels of the widened values, bit for bit") {
   // Every tile shape (1 to 13 rows: the AVX2 build's decode tiles of 1 and 2 rows over 3 panels
   // at a time, then 6-row tiles and their remainders; the AVX-512 build's tiles of up to 8 rows),
-  // a partial last panel, bias and accumulate, in every kernel set this CPU runs. Values of all magnitudes, subnormal halves included.
+  // a partial last panel, bias and accumulate, in every kernel set this CPU runs. Values of all
+  // magnitudes, subnormal halves included.
   std::mt19937 rng(17);
   ThreadPool pool(2);
   const int64_t n = 83, k = 70;  // 6 panels, the last of 3 rows
@@ -404,16 +419,7 @@ TEST_CASE("cpu kernels: a GEMM on bf16 or f16 panels is the GEMM on fp32 panels 
           std::vector<std::vector<float>> out;
           for (const PackedWeights* w : {&half, &full}) {
             out.emplace_back(static_cast<size_t>(m * n), 0.5f);
-            GemmArgs g;
-            g.m = m;
-            g.a = a.data();
-            g.lda = k;
-            g.w = w;
-            g.c = out.back().data();
-            g.ldc = n;
-            g.bias = accumulate ? nullptr : bias.data();
-            g.accumulate = accumulate;
-            parallel_gemm(pool, *kernels, g);
+            parallel_gemm(pool, *kernels, gemm_args(a.data(), m, *w, out.back().data(), accumulate ? nullptr : bias.data()));
           }
           const bool same = std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4) == 0;
           if (!same) std::printf("  %s, %lld rows, accumulate %d: differ\n", kernels->isa, static_cast<long long>(m), accumulate);
@@ -466,48 +472,30 @@ TEST_CASE("cpu kernels: the AVX-512 GEMM gives the AVX2 GEMM's bits; each row's 
     weights.push_back(PackedWeights::pack({dense_ref(n, k, f16.data(), DenseMatrixRef::Dtype::kF16)}, k, nullptr));
     for (const PackedWeights& w : weights) {
       for (const bool accumulate : {false, true}) {
-        // gemm over panels [0, 7) in two shares split at `split`, m rows from row 0.
-        const auto run = [&](const CpuKernels& set, int64_t m, int64_t split) {
+        // gemm over panels [0, 7) in two shares split at `split`, m rows from row r0; c starts
+        // as the same values for a row wherever it runs.
+        const auto run = [&](const CpuKernels& set, int64_t r0, int64_t m, int64_t split) {
           std::vector<float> c(static_cast<size_t>(m * n));
-          for (size_t i = 0; i < c.size(); ++i) c[i] = 0.25f * static_cast<float>(i % 7);
-          GemmArgs g;
-          g.m = m;
-          g.a = a.data();
-          g.lda = k;
-          g.w = &w;
-          g.c = c.data();
-          g.ldc = n;
-          g.bias = accumulate ? nullptr : bias.data();
-          g.accumulate = accumulate;
+          for (size_t i = 0; i < c.size(); ++i) c[i] = 0.25f * static_cast<float>((r0 * n + static_cast<int64_t>(i)) % 7);
+          const GemmArgs g = gemm_args(a.data() + r0 * k, m, w, c.data(), accumulate ? nullptr : bias.data());
           set.gemm(g, 0, split);
           set.gemm(g, split, w.num_panels());
           return c;
         };
         for (const CpuKernels* set : x86) {
           for (int64_t m = 1; m <= rows; ++m) {
-            const std::vector<float> got = run(*set, m, m % 7);
-            const std::vector<float> base = run(*x86.front(), m, 3);
+            const std::vector<float> got = run(*set, 0, m, m % 7);
+            const std::vector<float> base = run(*x86.front(), 0, m, 3);
             const bool same = std::memcmp(got.data(), base.data(), got.size() * 4) == 0;
             if (!same) std::printf("  %s vs %s: %s, k %lld, %lld rows, accumulate %d: differ\n", set->isa, x86.front()->isa,
                                    elem_name(w.elem), static_cast<long long>(k), static_cast<long long>(m), accumulate);
             CHECK(same);
           }
-          const std::vector<float> all = run(*set, rows, 3);
+          const std::vector<float> all = run(*set, 0, rows, 3);
           bool invariant = true;
           for (int64_t r = 0; r < rows; ++r) {
-            GemmArgs g;
-            g.m = 1;
-            g.a = a.data() + r * k;
-            g.lda = k;
-            g.w = &w;
-            std::vector<float> c(static_cast<size_t>(n));
-            for (size_t i = 0; i < c.size(); ++i) c[i] = 0.25f * static_cast<float>((r * n + static_cast<int64_t>(i)) % 7);
-            g.c = c.data();
-            g.ldc = n;
-            g.bias = accumulate ? nullptr : bias.data();
-            g.accumulate = accumulate;
-            set->gemm(g, 0, w.num_panels());
-            invariant = invariant && std::memcmp(c.data(), all.data() + r * n, c.size() * 4) == 0;
+            const std::vector<float> alone = run(*set, r, 1, w.num_panels());
+            invariant = invariant && std::memcmp(alone.data(), all.data() + r * n, alone.size() * 4) == 0;
           }
           if (!invariant) std::printf("  %s: %s, k %lld: a row alone differs from the batch\n", set->isa, elem_name(w.elem), static_cast<long long>(k));
           CHECK(invariant);
