@@ -294,7 +294,9 @@ describe('strata-fetch-model from S3 (moto server)', () => {
   it('two downloaders into one cache: one downloads, the other waits and reuses its files', async () => {
     const dest = freshDest();
     const args = ['--source', 's3://models/big', '--dest', dest];
-    const a = startCli([...args, '--max-mb-per-s', '8'], env);
+    // 2 MB/s: a holds the lock for about 4 s, time enough for b's process to start on a busy
+    // 2-core machine (at 8 MB/s, 1 s, b once found the model already fetched).
+    const a = startCli([...args, '--max-mb-per-s', '2'], env);
     await a.waitFor((l) => l.msg === 'downloading the model');
     const b = startCli(args, env);
     const [codeA, codeB] = await Promise.all([a.exited, b.exited]);
