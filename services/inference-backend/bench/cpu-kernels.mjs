@@ -4,8 +4,10 @@
 // then prefill) once per set, each in its own process with STRATA_CPU_KERNELS naming the set,
 // the order alternating between rounds, so every set sees the same machine.
 //   node services/inference-backend/bench/cpu-kernels.mjs --model DIR [--sets avx2,best]
-//     [--rounds 3] [--batches 1,8,32] [--steps 16] [--threads N] [--no-prefill] [--out FILE]
-// `best` is what the CPU picks by itself (avx512f where it has AVX-512F). Prints, per phase and
+//     [--rounds 3] [--batches 1,8,32] [--steps 16] [--threads N] [--no-prefill]
+//     [--prefill-repeats N] [--out FILE]
+// `best` is what the CPU picks by itself (avx512f where it has AVX-512F); `amx` the AMX set
+// (bf16 checkpoints, on a CPU with AMX; elsewhere it names the best set). Prints, per phase and
 // batch, each set's median ms a step (min-max over the rounds) and the ratio of each round's
 // pair (the second set over the first), and writes the runs into docs/benchmarks/cpu-kernels.json.
 import { spawnSync } from 'node:child_process';
@@ -24,6 +26,7 @@ const { values } = parseArgs({
     steps: { type: 'string', default: '16' },
     threads: { type: 'string' },
     'no-prefill': { type: 'boolean', default: false },
+    'prefill-repeats': { type: 'string' },
     bench: { type: 'string', default: join(pkg, 'build', 'native', 'engine', 'model', 'bench_cpu_forward') },
     out: { type: 'string', default: join(repo, 'docs', 'benchmarks', 'cpu-kernels.json') },
   },
@@ -55,6 +58,7 @@ const args = [
 ];
 if (values.threads) args.push('--threads', values.threads);
 if (values['no-prefill']) args.push('--no-prefill');
+if (values['prefill-repeats']) args.push('--prefill-repeats', values['prefill-repeats']);
 
 /** One bench_cpu_forward process with the set forced; its JSON line. */
 function runOnce(set) {
@@ -130,7 +134,7 @@ writeFileSync(
       cores: cpus().length,
       threads: runs[0].threads,
       sets: isa,
-      command: `node services/inference-backend/bench/cpu-kernels.mjs --model DIR --sets ${values.sets} --rounds ${rounds} --batches ${values.batches} --steps ${values.steps}${values['no-prefill'] ? ' --no-prefill' : ''}`,
+      command: `node services/inference-backend/bench/cpu-kernels.mjs --model DIR --sets ${values.sets} --rounds ${rounds} --batches ${values.batches} --steps ${values.steps}${values['no-prefill'] ? ' --no-prefill' : ''}${values['prefill-repeats'] ? ` --prefill-repeats ${values['prefill-repeats']}` : ''}`,
       table,
       runs,
     },

@@ -3,7 +3,7 @@
 // one JSON object on the last line for scripts.
 //
 //   bench_cpu_forward [--model DIR | --dummy PRESET] [--threads N] [--steps N] [--batches 1,8,32,128]
-//                     [--no-prefill] [--json]
+//                     [--no-prefill] [--prefill-repeats N] [--json]
 //   DIR defaults to $STRATA_MODELS_DIR/tinystories-656k.
 #include <algorithm>
 #include <chrono>
@@ -98,7 +98,7 @@ Result bench_prefill(CpuBackend& backend, int32_t batch, int32_t prompt_len, int
 
 int main(int argc, char** argv) {
   std::string model_dir, dummy;
-  int32_t threads = 0, steps = 64;
+  int32_t threads = 0, steps = 64, prefill_repeats = 0;  // 0: 20 of 1 x 128, 5 of the others
   bool json = false, prefill = true;
   std::vector<int32_t> batches = {1, 8, 32, 128};
   for (int i = 1; i < argc; ++i) {
@@ -120,12 +120,13 @@ int main(int argc, char** argv) {
         batches.push_back(static_cast<int32_t>(b));
         p = *end == ',' ? end + 1 : end;
       }
-    } else if (arg == "--no-prefill") prefill = false;
+    } else if (arg == "--prefill-repeats" && has_value) prefill_repeats = std::max(1, std::atoi(argv[++i]));
+    else if (arg == "--no-prefill") prefill = false;
     else if (arg == "--json") json = true;
     else {
       std::fprintf(stderr,
                    "usage: %s [--model DIR | --dummy PRESET] [--threads N] [--steps N] [--batches 1,8,32,128] [--no-prefill] "
-                   "[--json]\n",
+                   "[--prefill-repeats N] [--json]\n",
                    argv[0]);
       return 2;
     }
@@ -149,9 +150,9 @@ int main(int argc, char** argv) {
     std::vector<Result> results;
     for (int32_t batch : batches) results.push_back(bench_decode(*backend, batch, steps));
     if (prefill) {
-      results.push_back(bench_prefill(*backend, 1, 128, 20));
-      results.push_back(bench_prefill(*backend, 1, 512, 5));
-      results.push_back(bench_prefill(*backend, 8, 128, 5));
+      results.push_back(bench_prefill(*backend, 1, 128, prefill_repeats > 0 ? prefill_repeats : 20));
+      results.push_back(bench_prefill(*backend, 1, 512, prefill_repeats > 0 ? prefill_repeats : 5));
+      results.push_back(bench_prefill(*backend, 8, 128, prefill_repeats > 0 ? prefill_repeats : 5));
     }
 
     const std::string name = dummy.empty() ? model_dir : "dummy " + dummy;

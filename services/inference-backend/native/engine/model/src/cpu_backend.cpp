@@ -93,6 +93,7 @@ struct WeightSources {
   std::unordered_map<std::string, QuantMatrix>* owned_blocks = nullptr;
   std::unordered_map<std::string, std::vector<float>*> owned_dense;
   bool widen = false;  // bf16/fp16 matrices widened to fp32 panels (CpuWeightsDtype::kFloat32)
+  bool bf16_pairs = false;  // bf16 panels in pairs of k, for the AMX set (CpuKernels::bf16_pairs)
 
   void done(BlocksMap::iterator it) {
     if (gguf != nullptr && it->second.tensor != nullptr) {
@@ -192,7 +193,7 @@ Linear fuse(WeightSources& s, std::initializer_list<std::string> names, int64_t 
       throw ModelError(model_error_code::kWeights, "weight \"" + name + "\" is missing");
     }
   }
-  out.f32 = PackedWeights::pack(refs, k, &pool, s.widen);
+  out.f32 = PackedWeights::pack(refs, k, &pool, s.widen, s.bf16_pairs);
   for (const std::string& name : names)
     if (auto d = s.dense.find(name); d != s.dense.end()) s.done(d);
   return out;
@@ -287,11 +288,16 @@ struct CpuBackend::Impl {
 
   // The matrices are `weights`' own, and those `from_file` says lie in a file.
   Impl(ModelConfig cfg, ModelWeights weights, CpuBackendOptions options, WeightSources* from_file = nullptr)
-      : config(std::move(cfg)), rope(config), pool(options.num_threads), kernels(cpu_kernels()), qkernels(quant_kernels()) {
+      : config(std::move(cfg)),
+        rope(config),
+        pool(options.num_threads),
+        kernels(options.kernels.empty() ? cpu_kernels() : cpu_kernels(options.kernels)),
+        qkernels(options.kernels.empty() ? quant_kernels() : quant_kernels(options.kernels)) {
     check_layers(config, weights);
     WeightSources s = from_file != nullptr ? std::move(*from_file) : WeightSources{};
     add_own_matrices(s, weights, config);
     s.widen = options.weights_dtype == CpuWeightsDtype::kFloat32;
+    s.bf16_pairs = kernels.bf16_pairs;
     check_weights(config, weights, s);
     weights_format = describe_weights(s);
     kv_f16 = options.kv_dtype == CpuKvDtype::kFloat16 || (options.kv_dtype == CpuKvDtype::kAuto && !s.blocks.empty());
@@ -317,7 +323,7 @@ struct CpuBackend::Impl {
     } else if (auto d = s.dense.find(kEmbedName); d != s.dense.end()) {
       const DenseMatrixRef& m = d->second;
       if (config.tie_word_embeddings) {
-        lm_head.f32 = PackedWeights::pack({m}, hidden, &loader, s.widen);  // the token gather reads its rows too
+        lm_head.f32 = PackedWeights::pack({m}, hidden, &loader, s.widen, s.bf16_pairs);  // the token gather reads its rows too
       } else if (auto own = s.owned_dense.find(kEmbedName); own != s.owned_dense.end()) {
         embed = std::move(*own->second);
       } else if (m.dtype != DenseMatrixRef::Dtype::kF32 && !s.widen) {  // kept in its dtype, as the GEMMs' panels are

@@ -186,7 +186,12 @@ static bool cpu_runs_avx512vnni() {
 #endif
 #endif
 
-const QuantKernels& quant_kernels() { return pick_kernels(runnable_quant_kernels()); }
+const QuantKernels& quant_kernels() {
+  static const QuantKernels& chosen = quant_kernels(kernels_env());
+  return chosen;
+}
+
+const QuantKernels& quant_kernels(std::string_view name) { return pick_kernels(runnable_quant_kernels(), name); }
 
 std::vector<const QuantKernels*> runnable_quant_kernels() {
   std::vector<const QuantKernels*> out = {&portable_quant_kernels()};

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "strata/quant.h"
@@ -111,9 +112,10 @@ const QuantKernels& avx2_quant_kernels();
 #if defined(STRATA_HAVE_AVX512VNNI_KERNELS)
 const QuantKernels& avx512vnni_quant_kernels();
 #endif
-// The best this CPU runs: AVX-512 VNNI, AVX2 or portable (STRATA_CPU_KERNELS=portable or avx2
-// forces the portable or AVX2 ones).
+// The best this CPU runs: AVX-512 VNNI, AVX2 or portable; a name ("portable", "avx2": see
+// cpu_kernels()) forces a lesser set. quant_kernels() follows STRATA_CPU_KERNELS, chosen once.
 const QuantKernels& quant_kernels();
+const QuantKernels& quant_kernels(std::string_view name);
 
 // Every kernel set this build has and this CPU runs, portable first, the best last.
 std::vector<const QuantKernels*> runnable_quant_kernels();

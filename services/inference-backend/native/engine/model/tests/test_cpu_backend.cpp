@@ -326,64 +326,77 @@ TEST_CASE("cpu kernels: from_half widens every half as f16_to_f32, bit for bit, 
 TEST_CASE("cpu kernels: panels packed from F32, F16 and BF16 parts where they lie hold each value at its place") {
   // What the CPU backend's safetensors load does: q, k and v in the checkpoint's dtype, fused
   // as they are packed, runs of panels on a pool's threads. Panel p must hold row p * 16 + j's
-  // value kk at (kk * 16 + slot(j)): the row's own 16-bit value for F16 and BF16 parts (the
-  // panels keep the dtype; bf16 in its slot order), its fp32 value for F32 parts; zeros past n.
+  // value kk at (kk * 16 + slot(j)) (bf16: rows in the order 0-3, 8-11, 4-7, 12-15), or, packed
+  // in pairs for the AMX set, bf16 at ((kk & ~1) * 16 + 2j + (kk & 1)): the row's own 16-bit
+  // value for F16 and BF16 parts (the panels keep the dtype), its fp32 value for F32 parts;
+  // zeros past n, and past an odd k in pairs.
   std::mt19937 rng(3);
   ThreadPool pool(3);
-  const int64_t k = 150;  // two 64-column strips and a partial one
-  const std::vector<int64_t> sizes = {7, 300, 40};  // 347 rows: 22 panels, the last padded
-  for (const auto dtype : {DenseMatrixRef::Dtype::kF32, DenseMatrixRef::Dtype::kF16, DenseMatrixRef::Dtype::kBF16}) {
-    std::vector<std::vector<uint8_t>> bytes;
-    std::vector<DenseMatrixRef> parts;
-    std::vector<float> expect;  // the fused matrix, widened, row-major
-    for (int64_t rows : sizes) {
-      DenseMatrixRef m;
-      m.rows = rows;
-      m.cols = k;
-      m.dtype = dtype;
-      bytes.emplace_back(static_cast<size_t>(rows * k * m.elem_bytes()));
-      for (int64_t i = 0; i < rows * k; ++i) {
-        const float v = std::ldexp(static_cast<float>(static_cast<int32_t>(rng() % 2001) - 1000), -9);
-        if (dtype == DenseMatrixRef::Dtype::kF32) {
-          std::memcpy(bytes.back().data() + 4 * i, &v, 4);
-        } else {
-          const uint16_t h = dtype == DenseMatrixRef::Dtype::kF16 ? f32_to_f16(v) : f32_to_bf16(v);
-          std::memcpy(bytes.back().data() + 2 * i, &h, 2);
-          expect.push_back(dtype == DenseMatrixRef::Dtype::kF16 ? f16_to_f32(h) : bf16_to_f32(h));
-          continue;
+  for (const int64_t k : {150, 151}) {  // two 64-column strips and a partial one; an odd k
+    const int64_t k_stride = (k + 1) / 2 * 2;
+    const std::vector<int64_t> sizes = {7, 300, 40};  // 347 rows: 22 panels, the last padded
+    for (const auto dtype : {DenseMatrixRef::Dtype::kF32, DenseMatrixRef::Dtype::kF16, DenseMatrixRef::Dtype::kBF16}) {
+      std::vector<std::vector<uint8_t>> bytes;
+      std::vector<DenseMatrixRef> parts;
+      std::vector<float> expect;  // the fused matrix, widened, row-major
+      for (int64_t rows : sizes) {
+        DenseMatrixRef m;
+        m.rows = rows;
+        m.cols = k;
+        m.dtype = dtype;
+        bytes.emplace_back(static_cast<size_t>(rows * k * m.elem_bytes()));
+        for (int64_t i = 0; i < rows * k; ++i) {
+          const float v = std::ldexp(static_cast<float>(static_cast<int32_t>(rng() % 2001) - 1000), -9);
+          if (dtype == DenseMatrixRef::Dtype::kF32) {
+            std::memcpy(bytes.back().data() + 4 * i, &v, 4);
+          } else {
+            const uint16_t h = dtype == DenseMatrixRef::Dtype::kF16 ? f32_to_f16(v) : f32_to_bf16(v);
+            std::memcpy(bytes.back().data() + 2 * i, &h, 2);
+            expect.push_back(dtype == DenseMatrixRef::Dtype::kF16 ? f16_to_f32(h) : bf16_to_f32(h));
+            continue;
+          }
+          expect.push_back(v);
         }
-        expect.push_back(v);
+        m.data = bytes.back().data();
+        parts.push_back(m);
       }
-      m.data = bytes.back().data();
-      parts.push_back(m);
-    }
-    const int64_t n = static_cast<int64_t>(expect.size()) / k;
-    const PackedWeights::Elem elem = dtype == DenseMatrixRef::Dtype::kF32    ? PackedWeights::Elem::kF32
-                                     : dtype == DenseMatrixRef::Dtype::kBF16 ? PackedWeights::Elem::kBF16
-                                                                             : PackedWeights::Elem::kF16;
-    for (ThreadPool* on : {static_cast<ThreadPool*>(nullptr), &pool}) {
-      const PackedWeights w = PackedWeights::pack(parts, k, on);
-      CHECK_EQ(w.n, n);
-      CHECK_EQ(w.k, k);
-      CHECK(w.elem == elem);
-      const size_t values = static_cast<size_t>((n + 15) / 16 * 16 * k);
-      CHECK_EQ(elem == PackedWeights::Elem::kF32 ? w.panels.size() : w.halves.size(), values);
-      CHECK_EQ(elem == PackedWeights::Elem::kF32 ? w.halves.size() : w.panels.size(), size_t{0});
-      CHECK_EQ(w.bytes(), static_cast<int64_t>(values) * (elem == PackedWeights::Elem::kF32 ? 4 : 2));
-      int64_t wrong = 0;
-      for (int64_t row = 0; row < w.num_panels() * 16; ++row)
-        for (int64_t kk = 0; kk < k; ++kk) {
-          const float want = row < n ? expect[static_cast<size_t>(row * k + kk)] : 0.0f;
-          const size_t at = static_cast<size_t>((row / 16) * k * 16 + kk * 16 + w.slot(row % 16));
-          const float got = elem == PackedWeights::Elem::kF32    ? w.panels[at]
-                            : elem == PackedWeights::Elem::kBF16 ? bf16_to_f32(w.halves[at])
-                                                                 : f16_to_f32(w.halves[at]);
-          wrong += std::memcmp(&got, &want, 4) != 0;
-        }
-      CHECK_EQ(wrong, 0);
-      std::vector<float> row(static_cast<size_t>(k));
-      w.row(n - 1, row.data());  // what a tied table's token gather reads
-      CHECK(std::equal(row.begin(), row.end(), expect.end() - k));
+      const int64_t n = static_cast<int64_t>(expect.size()) / k;
+      const PackedWeights::Elem elem = dtype == DenseMatrixRef::Dtype::kF32    ? PackedWeights::Elem::kF32
+                                       : dtype == DenseMatrixRef::Dtype::kBF16 ? PackedWeights::Elem::kBF16
+                                                                               : PackedWeights::Elem::kF16;
+      for (const bool bf16_pairs : {false, true})
+      for (ThreadPool* on : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        const PackedWeights w = PackedWeights::pack(parts, k, on, false, bf16_pairs);
+        CHECK_EQ(w.n, n);
+        CHECK_EQ(w.k, k);
+        CHECK(w.elem == elem);
+        const bool pairs = bf16_pairs && elem == PackedWeights::Elem::kBF16;
+        CHECK_EQ(w.pairs, pairs);
+        const int64_t stride = pairs ? k_stride : k;
+        CHECK_EQ(w.k_stride(), stride);
+        const size_t values = static_cast<size_t>((n + 15) / 16 * 16 * stride);
+        CHECK_EQ(elem == PackedWeights::Elem::kF32 ? w.panels.size() : w.halves.size(), values);
+        CHECK_EQ(elem == PackedWeights::Elem::kF32 ? w.halves.size() : w.panels.size(), size_t{0});
+        CHECK_EQ(w.bytes(), static_cast<int64_t>(values) * (elem == PackedWeights::Elem::kF32 ? 4 : 2));
+        int64_t wrong = 0;
+        for (int64_t row = 0; row < w.num_panels() * 16; ++row)
+          for (int64_t kk = 0; kk < stride; ++kk) {
+            const float want = row < n && kk < k ? expect[static_cast<size_t>(row * k + kk)] : 0.0f;
+            const int64_t j = row % 16;
+            const int64_t slot = elem == PackedWeights::Elem::kBF16 ? (j & 3) | ((j & 4) << 1) | ((j & 8) >> 1) : j;
+            const int64_t in_panel = pairs ? (kk & ~int64_t{1}) * 16 + 2 * j + (kk & 1) : kk * 16 + slot;
+            CHECK_EQ(w.at(j, kk), in_panel);
+            const size_t at = static_cast<size_t>((row / 16) * stride * 16 + in_panel);
+            const float got = elem == PackedWeights::Elem::kF32    ? w.panels[at]
+                              : elem == PackedWeights::Elem::kBF16 ? bf16_to_f32(w.halves[at])
+                                                                   : f16_to_f32(w.halves[at]);
+            wrong += std::memcmp(&got, &want, 4) != 0;
+          }
+        CHECK_EQ(wrong, 0);
+        std::vector<float> row(static_cast<size_t>(k));
+        w.row(n - 1, row.data());  // what a tied table's token gather reads
+        CHECK(std::equal(row.begin(), row.end(), expect.end() - k));
+      }
     }
   }
 }
@@ -395,7 +408,7 @@ TEST_CASE("cpu kernels: a GEMM on bf16 or f16 panels is the GEMM on fp32 panels 
   // magnitudes, subnormal halves included.
   std::mt19937 rng(17);
   ThreadPool pool(2);
-  const int64_t n = 83, k = 70;  // 6 panels, the last of 3 rows
+  const int64_t n = 83, k = 71;  // 6 panels, the last of 3 rows; an odd k
   std::vector<float> a(static_cast<size_t>(13 * k)), bias(static_cast<size_t>(n));
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (float& v : a) v = uniform(rng);
@@ -446,7 +459,7 @@ TEST_CASE("cpu kernels: a GEMM on bf16 or f16 panels is the GEMM on fp32 panels 
 TEST_CASE("cpu kernels: the AVX-512 GEMM gives the AVX2 GEMM's bits; each row's result is its own, whatever the batch") {
   // Both x86 builds run each output's fmadd chain over k in order, so they must agree bit for
   // bit on every panel type, row count (every tile and remainder of both, and two row blocks
-  // of the AVX-512 build at k = 4,100), panel range (a thread's share ends anywhere) and
+  // of the AVX-512 build at k = 4,100), odd and even k, panel range (a thread's share ends anywhere) and
   // epilogue. Within one set, row r's result with m rows is its result alone (batch invariance).
   std::vector<const CpuKernels*> x86;
   for (const CpuKernels* set : runnable_cpu_kernels())
@@ -454,7 +467,7 @@ TEST_CASE("cpu kernels: the AVX-512 GEMM gives the AVX2 GEMM's bits; each row's 
   if (x86.size() < 2) std::printf("  this CPU runs %zu x86 kernel set(s): AVX-512 not compared\n", x86.size());
   std::mt19937 rng(23);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  for (const int64_t k : {int64_t{70}, int64_t{4100}}) {
+  for (const int64_t k : {int64_t{71}, int64_t{4100}}) {
     const int64_t n = 107;  // 7 panels, the last of 11 rows
     const int64_t rows = k > 1000 ? 30 : 20;
     std::vector<float> a(static_cast<size_t>(rows * k)), bias(static_cast<size_t>(n)), dense(static_cast<size_t>(n * k));
@@ -503,6 +516,161 @@ TEST_CASE("cpu kernels: the AVX-512 GEMM gives the AVX2 GEMM's bits; each row's 
       }
     }
   }
+}
+
+TEST_CASE("cpu kernels: the AMX GEMM on bf16 panels sums bf16-rounded activations in fp32; each row's result is its own") {
+  // The AMX set rounds the activations to bf16 (to nearest, ties to even) and multiplies them in
+  // tiles of 16 rows x 32 k: checked exactly where every product and sum is exact in fp32,
+  // within fp32's rounding of K sums elsewhere, for every row count up to three tile rows, odd
+  // k (a half-empty last pair) and k = 4,100 (a last chunk of 4), a partial last panel, bias
+  // and accumulate, a thread's share ending anywhere; and row r alone gives its bits in the
+  // batch. fp32 and fp16 panels go to the AVX-512 GEMM unchanged.
+  const CpuKernels* amx = nullptr;
+#if defined(STRATA_HAVE_AMX_KERNELS)
+  amx = amx_kernels_if_runnable();
+#endif
+  if (amx == nullptr) {
+    std::printf("  this CPU (or build) has no AMX: the AMX GEMM is not run\n");
+    return;
+  }
+  CHECK(std::string(amx->isa) == "amx-bf16");
+  ThreadPool pool(3);
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  const int64_t n = 107;  // 7 panels, the last of 11 rows
+  for (const int64_t k : {int64_t{71}, int64_t{4100}}) {
+    const int64_t rows = 40;
+    for (const bool exact : {true, false}) {
+      // exact: small integers times powers of two, so every product and sum is exact in fp32
+      // and in bf16; else values of all signs and many magnitudes, activations not bf16 values.
+      std::vector<float> a(static_cast<size_t>(rows * k)), bias(static_cast<size_t>(n)), dense(static_cast<size_t>(n * k));
+      for (float& v : a) v = exact ? std::ldexp(static_cast<float>(static_cast<int>(rng() % 15) - 7), -3) : uniform(rng);
+      for (float& v : bias) v = exact ? static_cast<float>(static_cast<int>(rng() % 9) - 4) : uniform(rng);
+      std::vector<uint16_t> bf16(dense.size());
+      for (size_t i = 0; i < dense.size(); ++i) {
+        const float v = exact ? std::ldexp(static_cast<float>(static_cast<int>(rng() % 15) - 7), -2)
+                              : std::ldexp(uniform(rng), static_cast<int>(rng() % 12) - 6);
+        bf16[i] = f32_to_bf16(v);
+        dense[i] = bf16_to_f32(bf16[i]);
+      }
+      const PackedWeights w = PackedWeights::pack({dense_ref(n, k, bf16.data(), DenseMatrixRef::Dtype::kBF16)}, k, nullptr, false, true);
+      CHECK(w.elem == PackedWeights::Elem::kBF16 && w.pairs);
+      for (const bool accumulate : {false, true}) {
+        const auto start = [&](int64_t r0, int64_t m) {
+          std::vector<float> c(static_cast<size_t>(m * n));
+          for (size_t i = 0; i < c.size(); ++i) c[i] = 0.25f * static_cast<float>((r0 * n + static_cast<int64_t>(i)) % 7);
+          return c;
+        };
+        const auto run = [&](int64_t r0, int64_t m, int64_t split) {
+          std::vector<float> c = start(r0, m);
+          const GemmArgs g = gemm_args(a.data() + r0 * k, m, w, c.data(), accumulate ? nullptr : bias.data());
+          amx->gemm(g, 0, split);
+          amx->gemm(g, split, w.num_panels());
+          return c;
+        };
+        int64_t wrong = 0;
+        double worst = 0.0;  // the largest error over its bound
+        for (int64_t m = 1; m <= rows; ++m) {
+          const std::vector<float> got = run(0, m, m % 7), before = start(0, m);
+          for (int64_t r = 0; r < m; ++r)
+            for (int64_t j = 0; j < n; ++j) {
+              double sum = 0.0, magnitude = 0.0;
+              for (int64_t kk = 0; kk < k; ++kk) {
+                const double term = static_cast<double>(bf16_to_f32(f32_to_bf16(a[static_cast<size_t>(r * k + kk)]))) *
+                                    dense[static_cast<size_t>(j * k + kk)];
+                sum += term;
+                magnitude += std::fabs(term);
+              }
+              const size_t at = static_cast<size_t>(r * n + j);
+              if (accumulate) {
+                sum += before[at];
+                magnitude += std::fabs(before[at]);
+              } else {
+                sum += bias[static_cast<size_t>(j)];
+                magnitude += std::fabs(bias[static_cast<size_t>(j)]);
+              }
+              const double error = std::fabs(got[at] - sum);
+              if (exact) {
+                wrong += error != 0.0;
+              } else {
+                const double bound = static_cast<double>(k + 2) * std::ldexp(1.0, -24) * magnitude + 1e-30;
+                worst = std::max(worst, error / bound);
+                wrong += error > bound;
+              }
+            }
+        }
+        if (wrong != 0)
+          std::printf("  k %lld, %s, accumulate %d: %lld outputs off (worst %.3g of the bound)\n", static_cast<long long>(k),
+                      exact ? "exact" : "random", accumulate, static_cast<long long>(wrong), worst);
+        CHECK_EQ(wrong, 0);
+        const std::vector<float> all = run(0, rows, 3);
+        bool invariant = true;
+        for (int64_t r = 0; r < rows; ++r) {
+          const std::vector<float> alone = run(r, 1, w.num_panels());
+          invariant = invariant && std::memcmp(alone.data(), all.data() + r * n, alone.size() * 4) == 0;
+        }
+        if (!invariant) std::printf("  k %lld: a row alone differs from the batch\n", static_cast<long long>(k));
+        CHECK(invariant);
+        // Through parallel_gemm: the activations rounded once, 16 rows a task on the pool's
+        // threads, the panels shared out; the same bits.
+        std::vector<float> pooled = start(0, rows);
+        parallel_gemm(pool, *amx, gemm_args(a.data(), rows, w, pooled.data(), accumulate ? nullptr : bias.data()));
+        CHECK(std::memcmp(pooled.data(), all.data(), all.size() * 4) == 0);
+      }
+    }
+  }
+  // Activations are rounded to the nearest bf16, ties to even: 1 + 3/512 to 1 + 1/128 (not cut
+  // to 1), 1 + 1/256 to 1, 1 + 3/256 to 1 + 1/64, and a NaN stays a NaN.
+  {
+    const int64_t k = 4;
+    const std::vector<uint16_t> ones(static_cast<size_t>(4 * k), 0x3F80);  // 4 rows of bf16 1.0
+    const PackedWeights w = PackedWeights::pack({dense_ref(4, k, ones.data(), DenseMatrixRef::Dtype::kBF16)}, k, nullptr, false, true);
+    const float inputs[4] = {1.0f + 3.0f / 512, 1.0f + 1.0f / 256, 1.0f + 3.0f / 256, std::nanf("")};
+    const float rounded[3] = {1.0f + 1.0f / 128, 1.0f, 1.0f + 1.0f / 64};
+    for (int i = 0; i < 4; ++i) {
+      std::vector<float> a(static_cast<size_t>(k), 0.0f), c(4, 0.0f);
+      a[0] = inputs[i];
+      GemmArgs g = gemm_args(a.data(), 1, w, c.data(), nullptr);
+      g.accumulate = false;
+      amx->gemm(g, 0, 1);
+      if (i < 3) {
+        CHECK_EQ(c[0], rounded[i]);
+      } else {
+        CHECK(std::isnan(c[0]));
+      }
+    }
+  }
+  // A panel's last chunk is read from a copy padded with zeros, never past the panel: an
+  // infinity in the next panel's first values must not make 0 * inf = NaN in this one's sums.
+  {
+    const int64_t k = 40;  // one whole chunk of 32 and 8 values
+    std::vector<uint16_t> values(static_cast<size_t>(32 * k), 0x3F80);  // 2 panels of bf16 1.0
+    values[static_cast<size_t>(16 * k)] = 0x7F80;                        // row 16, k 0: +inf
+    const PackedWeights w = PackedWeights::pack({dense_ref(32, k, values.data(), DenseMatrixRef::Dtype::kBF16)}, k, nullptr, false, true);
+    std::vector<float> a(static_cast<size_t>(k), 1.0f), c(32, 0.0f);
+    GemmArgs g = gemm_args(a.data(), 1, w, c.data(), nullptr);
+    g.accumulate = false;
+    amx->gemm(g, 0, 2);
+    for (int64_t j = 0; j < 32; ++j) CHECK_EQ(c[static_cast<size_t>(j)], j == 16 ? INFINITY : 40.0f);
+  }
+  // fp32 and fp16 panels: the AVX-512 set's GEMM, its bits.
+#if defined(STRATA_HAVE_AMX_KERNELS)
+  {
+    const int64_t k = 37, m = 11;
+    std::vector<float> a(static_cast<size_t>(m * k)), dense(static_cast<size_t>(n * k));
+    for (float& v : a) v = uniform(rng);
+    for (float& v : dense) v = uniform(rng);
+    std::vector<uint16_t> f16(dense.size());
+    for (size_t i = 0; i < dense.size(); ++i) f16[i] = f32_to_f16(dense[i]);
+    for (const PackedWeights& w : {PackedWeights::pack({dense_ref(n, k, dense.data(), DenseMatrixRef::Dtype::kF32)}, k, nullptr, false, true),
+                                   PackedWeights::pack({dense_ref(n, k, f16.data(), DenseMatrixRef::Dtype::kF16)}, k, nullptr, false, true)}) {
+      std::vector<float> ours(static_cast<size_t>(m * n)), theirs(ours.size());
+      amx->gemm(gemm_args(a.data(), m, w, ours.data(), nullptr), 0, w.num_panels());
+      avx512_kernels().gemm(gemm_args(a.data(), m, w, theirs.data(), nullptr), 0, w.num_panels());
+      CHECK(std::memcmp(ours.data(), theirs.data(), ours.size() * 4) == 0);
+    }
+  }
+#endif
 }
 
 TEST_CASE("cpu backend: chunking, batching, block placement and threads do not change a bit") {

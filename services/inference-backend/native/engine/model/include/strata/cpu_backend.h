@@ -32,6 +32,10 @@ struct CpuBackendOptions {
   CpuKvDtype kv_dtype = CpuKvDtype::kAuto;
   LoadProgress progress{};  // the checkpoint's bytes read so far, for another thread (load_progress.h)
   CpuWeightsDtype weights_dtype = CpuWeightsDtype::kAuto;
+  // The kernel set: "auto" (the best exact set the CPU runs), "amx" (AMX tile multiplies for
+  // bf16 matrices, with bf16-rounded activations, where the CPU has AMX; else auto), "avx2" or
+  // "portable"; empty: what STRATA_CPU_KERNELS names (cpu_kernels()).
+  std::string kernels{};
 };
 
 class CpuBackend final : public ModelBackend {
