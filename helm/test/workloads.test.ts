@@ -268,6 +268,23 @@ describe('production values', () => {
     expect(bad.stderr).toContain('cpuWeightsDtype');
   });
 
+  it("passes a model's CPU kernel set to the backend only when set, and refuses another", () => {
+    const env = (docs: K8sObject[]) =>
+      envOf(container(byName(docs, 'Deployment', 'strata-backend-llama-3-8b'), 'backend'));
+    const withKernels = (kernels: string) => {
+      const values = structuredClone(prodValues);
+      values.models[0].cpuKernels = kernels;
+      const file = join(mkdtempSync(join(tmpdir(), 'strata-helm-')), `cpu-kernels-${kernels}.yaml`);
+      writeFileSync(file, stringify(values));
+      return file;
+    };
+    expect(env(parseManifests(template({ values: [withKernels('amx')] }))).STRATA_CPU_KERNELS).toBe('amx');
+    expect(env(production).STRATA_CPU_KERNELS).toBeUndefined();
+    const bad = helmTemplate({ values: [withKernels('avx512')] });
+    expect(bad.status).not.toBe(0);
+    expect(bad.stderr).toContain('cpuKernels');
+  });
+
   it('hands backend replicas to KEDA on vllm:num_requests_waiting', () => {
     const scaled = ofKind(production, 'ScaledObject');
     expect(scaled).toHaveLength(2);

@@ -49,6 +49,13 @@ export const configSchema = baseServiceSchema.extend({
        * 8 sequences, up to 11% at 32, on a Zen 4 class CPU); the logits are the same bits either way.
        */
       cpuWeightsDtype: z.enum(['auto', 'float32']).default('auto'),
+      /**
+       * CPU backend: the kernel set. auto: the fastest exact set the CPU runs (AVX-512, AVX2 or
+       * portable; each gives the same bits). amx: on a CPU with AMX (Intel Xeon 4th gen and later),
+       * a bf16 checkpoint's matrices multiply in AMX tiles with bf16-rounded activations, as on a
+       * GPU (other bits; elsewhere auto). avx2 or portable: a lesser exact set, to compare.
+       */
+      cpuKernels: z.enum(['auto', 'amx', 'avx2', 'portable']).default('auto'),
       /** CUDA backend: share of the GPU's memory for weights, activations and the KV pool. */
       gpuMemoryUtilization: z.coerce.number().gt(0).max(1).default(0.9),
       /** CUDA backend: decode steps replay CUDA graphs (false: every step eager, as vLLM's --enforce-eager). */
@@ -106,6 +113,7 @@ export const configEnv: EnvMap = {
   'engine.dtype': 'STRATA_DTYPE',
   'engine.kvCacheDtype': 'STRATA_KV_CACHE_DTYPE',
   'engine.cpuWeightsDtype': 'STRATA_CPU_WEIGHTS_DTYPE',
+  'engine.cpuKernels': 'STRATA_CPU_KERNELS',
   'engine.gpuMemoryUtilization': 'STRATA_GPU_MEMORY_UTILIZATION',
   'engine.cudaGraphs': 'STRATA_CUDA_GRAPHS',
   'engine.gpuSampling': 'STRATA_GPU_SAMPLING',

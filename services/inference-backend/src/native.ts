@@ -80,6 +80,12 @@ export interface NativeLoadOptions {
    * GEMM widens them exactly as it reads them) or widened to float32 at load; the same logits.
    */
   cpuWeightsDtype?: 'auto' | 'float32';
+  /**
+   * CPU backend: the kernel set ('auto', default: the fastest exact one; 'amx': AMX tile
+   * multiplies for bf16 matrices, bf16 activations, where the CPU has AMX, else auto; 'avx2',
+   * 'portable'). Unset: STRATA_CPU_KERNELS.
+   */
+  cpuKernels?: 'auto' | 'amx' | 'avx2' | 'portable';
   /** CUDA backend: share of the GPU's memory for weights, activations and the KV pool (0.9). */
   gpuMemoryUtilization?: number;
   /** CUDA backend: replay CUDA graphs for decode steps of up to 256 sequences (default true). */
@@ -217,7 +223,7 @@ export interface NativeEngineInfo {
     kvBytesPerBlock: number;
   };
   backend: 'cpu' | 'cuda';
-  /** CPU kernels chosen at run time: "avx512f", "avx2+fma" or "portable" (and the quantized set, for GGUF blocks); "cuda" on the CUDA backend. */
+  /** CPU kernels chosen at run time: "amx-bf16", "avx512f", "avx2+fma" or "portable" (and the quantized set, for GGUF blocks); "cuda" on the CUDA backend. */
   kernelIsa: string;
   /** "cpu", or the GPU's name. */
   device: string;

@@ -56,6 +56,7 @@ RunnerOptions parse_load_options(const Napi::Object& o) {
   if (o.Get("dtype").IsString()) opts.dtype = get_string(o, "dtype");
   if (o.Get("kvCacheDtype").IsString()) opts.kv_cache_dtype = get_string(o, "kvCacheDtype");
   if (o.Get("cpuWeightsDtype").IsString()) opts.cpu_weights_dtype = get_string(o, "cpuWeightsDtype");
+  if (o.Get("cpuKernels").IsString()) opts.cpu_kernels = get_string(o, "cpuKernels");
   opts.gpu_memory_utilization = get_double(o, "gpuMemoryUtilization", 0.9);
   if (o.Get("cudaGraphs").IsBoolean()) opts.cuda_graphs = o.Get("cudaGraphs").As<Napi::Boolean>().Value();
   if (o.Get("gpuSampling").IsBoolean()) opts.gpu_sampling = o.Get("gpuSampling").As<Napi::Boolean>().Value();

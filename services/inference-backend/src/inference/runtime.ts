@@ -179,6 +179,7 @@ export class InferenceRuntime {
       dtype: e.dtype,
       kvCacheDtype: e.kvCacheDtype,
       cpuWeightsDtype: e.cpuWeightsDtype,
+      cpuKernels: e.cpuKernels,
       gpuMemoryUtilization: e.gpuMemoryUtilization,
       cudaGraphs: e.cudaGraphs,
       gpuSampling: e.gpuSampling,

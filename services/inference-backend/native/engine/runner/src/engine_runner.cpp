@@ -69,6 +69,11 @@ std::unique_ptr<ModelBackend> load_cpu(const RunnerOptions& o, RunnerInfo& info,
     throw CodedError("STRATA_INVALID_CONFIG",
                      "cpuWeightsDtype must be auto or float32, got \"" + o.cpu_weights_dtype + "\"");
   }
+  if (!o.cpu_kernels.empty() && o.cpu_kernels != "auto" && o.cpu_kernels != "amx" && o.cpu_kernels != "avx2" &&
+      o.cpu_kernels != "portable") {
+    throw CodedError("STRATA_INVALID_CONFIG", "cpuKernels must be auto, amx, avx2 or portable, got \"" + o.cpu_kernels + "\"");
+  }
+  backend_options.kernels = o.cpu_kernels;
   std::unique_ptr<CpuBackend> cpu =
       o.model_dir.empty()
           ? std::make_unique<CpuBackend>(preset_model_config(o.dummy_preset), o.dummy_seed, backend_options)

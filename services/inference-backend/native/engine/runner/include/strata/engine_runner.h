@@ -35,6 +35,9 @@ struct RunnerOptions {
   // CPU: a checkpoint's bf16/fp16 matrices kept as they are ("auto") or widened to "float32" at
   // load (CpuWeightsDtype: twice the memory, faster at 8 to 32 sequences, the same logits).
   std::string cpu_weights_dtype = "auto";
+  // CPU: the kernel set, "auto", "amx", "avx2" or "portable" (CpuBackendOptions::kernels); empty:
+  // STRATA_CPU_KERNELS.
+  std::string cpu_kernels;
   double gpu_memory_utilization = 0.9;  // CUDA: share of the device's memory for weights + activations + KV
   bool cuda_graphs = true;              // CUDA: replay captured graphs for decode steps
   bool gpu_sampling = true;             // CUDA: sample on the device
