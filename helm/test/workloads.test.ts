@@ -241,49 +241,43 @@ describe.each([
 });
 
 describe('production values', () => {
+  const backendEnv = (docs: K8sObject[]) =>
+    envOf(container(byName(docs, 'Deployment', 'strata-backend-llama-3-8b'), 'backend'));
+  // The production values with one setting on their model (a list: --set would replace it).
+  const withModelSetting = (key: string, value: string) => {
+    const values = structuredClone(prodValues);
+    values.models[0][key] = value;
+    const file = join(mkdtempSync(join(tmpdir(), 'strata-helm-')), `${key}-${value}.yaml`);
+    writeFileSync(file, stringify(values));
+    return file;
+  };
+
   it("passes a model's HTTP event loops to the backend only when set", () => {
-    const env = (docs: K8sObject[]) =>
-      envOf(container(byName(docs, 'Deployment', 'strata-backend-llama-3-8b'), 'backend'));
-    expect(env(production).STRATA_HTTP_WORKERS).toBe('4');
-    expect(env(defaults).STRATA_HTTP_WORKERS).toBeUndefined();
+    expect(backendEnv(production).STRATA_HTTP_WORKERS).toBe('4');
+    expect(backendEnv(defaults).STRATA_HTTP_WORKERS).toBeUndefined();
   });
 
-  it("passes a model's CPU weights dtype to the backend only when set, and refuses another", () => {
-    const env = (docs: K8sObject[]) =>
-      envOf(container(byName(docs, 'Deployment', 'strata-backend-llama-3-8b'), 'backend'));
-    // The production values with the setting on their model (a list: --set would replace it).
-    const withDtype = (dtype: string) => {
-      const values = structuredClone(prodValues);
-      values.models[0].cpuWeightsDtype = dtype;
-      const file = join(mkdtempSync(join(tmpdir(), 'strata-helm-')), `cpu-weights-${dtype}.yaml`);
-      writeFileSync(file, stringify(values));
-      return file;
-    };
-    expect(env(parseManifests(template({ values: [withDtype('float32')] }))).STRATA_CPU_WEIGHTS_DTYPE).toBe(
-      'float32',
-    );
-    expect(env(production).STRATA_CPU_WEIGHTS_DTYPE).toBeUndefined();
-    const bad = helmTemplate({ values: [withDtype('float16')] });
-    expect(bad.status).not.toBe(0);
-    expect(bad.stderr).toContain('cpuWeightsDtype');
-  });
-
-  it("passes a model's CPU kernel set to the backend only when set, and refuses another", () => {
-    const env = (docs: K8sObject[]) =>
-      envOf(container(byName(docs, 'Deployment', 'strata-backend-llama-3-8b'), 'backend'));
-    const withKernels = (kernels: string) => {
-      const values = structuredClone(prodValues);
-      values.models[0].cpuKernels = kernels;
-      const file = join(mkdtempSync(join(tmpdir(), 'strata-helm-')), `cpu-kernels-${kernels}.yaml`);
-      writeFileSync(file, stringify(values));
-      return file;
-    };
-    expect(env(parseManifests(template({ values: [withKernels('amx')] }))).STRATA_CPU_KERNELS).toBe('amx');
-    expect(env(production).STRATA_CPU_KERNELS).toBeUndefined();
-    const bad = helmTemplate({ values: [withKernels('avx512')] });
-    expect(bad.status).not.toBe(0);
-    expect(bad.stderr).toContain('cpuKernels');
-  });
+  it.each([
+    {
+      what: 'CPU weights dtype',
+      key: 'cpuWeightsDtype',
+      variable: 'STRATA_CPU_WEIGHTS_DTYPE',
+      good: 'float32',
+      bad: 'float16',
+    },
+    { what: 'CPU kernel set', key: 'cpuKernels', variable: 'STRATA_CPU_KERNELS', good: 'amx', bad: 'avx512' },
+  ])(
+    "passes a model's $what to the backend only when set, and refuses another",
+    ({ key, variable, good, bad }) => {
+      expect(backendEnv(parseManifests(template({ values: [withModelSetting(key, good)] })))[variable]).toBe(
+        good,
+      );
+      expect(backendEnv(production)[variable]).toBeUndefined();
+      const refused = helmTemplate({ values: [withModelSetting(key, bad)] });
+      expect(refused.status).not.toBe(0);
+      expect(refused.stderr).toContain(key);
+    },
+  );
 
   it('hands backend replicas to KEDA on vllm:num_requests_waiting', () => {
     const scaled = ofKind(production, 'ScaledObject');

@@ -50,8 +50,8 @@ export const configSchema = baseServiceSchema.extend({
        */
       cpuWeightsDtype: z.enum(['auto', 'float32']).default('auto'),
       /**
-       * CPU backend: the kernel set. auto: the fastest exact set the CPU runs (AVX-512, AVX2 or
-       * portable; each gives the same bits). amx: on a CPU with AMX (Intel Xeon 4th gen and later),
+       * CPU backend: the kernel set. auto: the fastest exact set the CPU runs (AVX-512 or AVX2,
+       * the same bits; portable elsewhere). amx: on a CPU with AMX (Intel Xeon 4th gen and later),
        * a bf16 checkpoint's matrices multiply in AMX tiles with bf16-rounded activations, as on a
        * GPU (other bits; elsewhere auto). avx2 or portable: a lesser exact set, to compare.
        */

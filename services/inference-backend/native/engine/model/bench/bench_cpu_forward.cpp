@@ -150,9 +150,10 @@ int main(int argc, char** argv) {
     std::vector<Result> results;
     for (int32_t batch : batches) results.push_back(bench_decode(*backend, batch, steps));
     if (prefill) {
-      results.push_back(bench_prefill(*backend, 1, 128, prefill_repeats > 0 ? prefill_repeats : 20));
-      results.push_back(bench_prefill(*backend, 1, 512, prefill_repeats > 0 ? prefill_repeats : 5));
-      results.push_back(bench_prefill(*backend, 8, 128, prefill_repeats > 0 ? prefill_repeats : 5));
+      const auto repeats = [&](int32_t by_default) { return prefill_repeats > 0 ? prefill_repeats : by_default; };
+      results.push_back(bench_prefill(*backend, 1, 128, repeats(20)));
+      results.push_back(bench_prefill(*backend, 1, 512, repeats(5)));
+      results.push_back(bench_prefill(*backend, 8, 128, repeats(5)));
     }
 
     const std::string name = dummy.empty() ? model_dir : "dummy " + dummy;

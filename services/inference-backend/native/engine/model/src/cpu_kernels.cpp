@@ -14,9 +14,7 @@ bool cpu_runs_avx2() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 #if defined(STRATA_HAVE_AVX512_KERNELS)
-bool cpu_runs_avx512() {
-  return cpu_runs_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-}
+bool cpu_runs_avx512() { return cpu_runs_avx2() && __builtin_cpu_supports("avx512f"); }
 #endif
 #endif
 

@@ -144,7 +144,7 @@ bool cpu_runs_avx2();
 #endif
 #if defined(STRATA_HAVE_AVX512_KERNELS) || defined(STRATA_HAVE_AMX_KERNELS)  // (AMX is built only with AVX-512)
 const CpuKernels& avx512_kernels();
-bool cpu_runs_avx512();  // AVX-512F and BW, besides AVX2
+bool cpu_runs_avx512();  // AVX-512F, besides AVX2
 #endif
 #if defined(STRATA_HAVE_AMX_KERNELS)
 // The AMX set ("amx-bf16": AMX tile multiplies for bf16 panels, the AVX-512 set for the rest),

@@ -1,5 +1,5 @@
 // The AMX build of the GEMM on bf16 panels; this file alone is compiled with -mamx-tile
-// -mamx-bf16 (and AVX-512F/BW, AVX2, FMA, F16C) and only runs where amx_kernels_if_runnable()
+// -mamx-bf16 (and AVX-512F, AVX2, FMA, F16C) and only runs where amx_kernels_if_runnable()
 // has checked the CPU and the kernel (Linux grants a process the AMX tile state on request).
 //
 // Not the same bits as the other sets: a tile multiply (TDPBF16PS) takes bf16 activations, sums
