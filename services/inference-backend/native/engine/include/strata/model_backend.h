@@ -32,6 +32,14 @@ struct ModelConfig {
   bool attention_bias = false;          // q/k/v projections carry a bias (Qwen2)
   int32_t bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;
+  // A 4-bit AWQ or GPTQ checkpoint (config.json's quantization_config): its linear weights are
+  // packed int32 tensors (qweight, qzeros, scales, g_idx) instead of ".weight".
+  struct Int4Quantization {
+    std::string method;         // "awq" or "gptq"; empty: the checkpoint is not quantized
+    int32_t group_size = 0;     // input features per scale and zero point; -1: one group per row
+    bool symmetric = false;     // GPTQ "sym": every zero point is 8
+    bool zeros_minus_one = false;  // GPTQ's v1 format (checkpoint_format "gptq") stores zero - 1
+  } quantization;
 };
 
 // One sequence's share of a step: the tokens to run now and where its KV lives.

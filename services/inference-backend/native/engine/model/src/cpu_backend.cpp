@@ -15,6 +15,7 @@
 #include "quant_kernels.h"
 #include "rope.h"
 #include "strata/gguf.h"
+#include "strata/int4_weights.h"
 #include "strata/model_config.h"
 #include "strata/model_error.h"
 #include "strata/model_source.h"
@@ -47,6 +48,9 @@ void return_freed_heap() {
 struct Linear {
   PackedWeights f32;
   std::shared_ptr<const QuantPanels> quant;  // set: quantized
+  // Set: the weight's columns follow this order of the input's features (a GPTQ act-order
+  // checkpoint's, int4_weights.h): column c multiplies feature (*in_order)[c].
+  std::shared_ptr<const std::vector<int32_t>> in_order;
 
   int64_t n() const { return quant ? quant->rows : f32.n; }
   int64_t k() const { return quant ? quant->cols : f32.k; }
@@ -94,6 +98,9 @@ struct WeightSources {
   std::unordered_map<std::string, std::vector<float>*> owned_dense;
   bool widen = false;  // bf16/fp16 matrices widened to fp32 panels (CpuWeightsDtype::kFloat32)
   bool bf16_pairs = false;  // bf16 panels in pairs of k, for the AMX set (CpuKernels::bf16_pairs)
+  // The order of the input features the columns of `blocks` follow, by name, where it is not
+  // their own (Int4Checkpoint::input_order).
+  std::unordered_map<std::string, std::vector<int32_t>> input_orders;
 
   void done(BlocksMap::iterator it) {
     if (gguf != nullptr && it->second.tensor != nullptr) {
@@ -158,20 +165,30 @@ std::vector<float> dequantize(const GgufBlocks& b) {
 // of types (some GGUF files quantize q, k and v differently) is widened to fp32.
 Linear fuse(WeightSources& s, std::initializer_list<std::string> names, int64_t k, ThreadPool& pool) {
   size_t quantized = 0;
-  bool same_type = true;
+  bool same_type = true, same_order = true;
   const GgufBlocks* first = nullptr;
+  const auto order_of = [&](const std::string& name) -> const std::vector<int32_t>* {
+    const auto it = s.input_orders.find(name);
+    return it == s.input_orders.end() ? nullptr : &it->second;
+  };
   for (const std::string& name : names) {
     auto it = s.blocks.find(name);
     if (it == s.blocks.end()) continue;
     ++quantized;
     if (first == nullptr) first = &it->second;
     same_type = same_type && it->second.type == first->type;
+    const std::vector<int32_t>* a = order_of(name);
+    const std::vector<int32_t>* b = order_of(*names.begin());
+    same_order = same_order && (a == nullptr ? b == nullptr : b != nullptr && *a == *b);
   }
   Linear out;
-  if (quantized == names.size() && same_type) {
+  if (quantized == names.size() && same_type && same_order) {
     std::vector<QuantRowsRef> refs;
     for (const std::string& name : names) refs.push_back(rows_ref(s.blocks.at(name)));
     out.quant = std::make_shared<const QuantPanels>(pack_panels(first->type, k, refs, &pool));
+    if (const std::vector<int32_t>* order = order_of(*names.begin())) {
+      out.in_order = std::make_shared<const std::vector<int32_t>>(*order);
+    }
     for (const std::string& name : names) s.done(s.blocks.find(name));
     return out;
   }
@@ -184,6 +201,15 @@ Linear fuse(WeightSources& s, std::initializer_list<std::string> names, int64_t 
       m.rows = it->second.rows;
       m.cols = it->second.cols;
       widened.push_back(dequantize(it->second));
+      if (const std::vector<int32_t>* order = order_of(name)) {  // columns back in the features' order
+        std::vector<float>& values = widened.back();
+        std::vector<float> row(static_cast<size_t>(m.cols));
+        for (int64_t r = 0; r < m.rows; ++r) {
+          float* at = values.data() + r * m.cols;
+          for (int64_t c = 0; c < m.cols; ++c) row[static_cast<size_t>((*order)[static_cast<size_t>(c)])] = at[c];
+          std::copy(row.begin(), row.end(), at);
+        }
+      }
       m.data = reinterpret_cast<const uint8_t*>(widened.back().data());
       refs.push_back(m);
       s.done(it);
@@ -280,6 +306,7 @@ struct CpuBackend::Impl {
   std::vector<float> cos, sin;   // (rows, head_dim / 2)
   std::vector<float> head_in;    // (wanted, hidden) the step's final-normed rows whose logits are wanted
   std::vector<float> logits_chunk;  // (chunk_rows, vocab): forward_chunked's lm_head output
+  std::vector<float> ordered;    // (rows, k) a GEMM's input in its weight's column order (act-order)
   std::vector<int32_t> positions;            // (rows)
   std::vector<const int32_t*> token_tables;  // (rows) the block table of each token's slice
   std::vector<AttentionSlice> slices;
@@ -405,6 +432,19 @@ struct CpuBackend::Impl {
   }
 
   void gemm(const float* a, int64_t m, const Linear& w, float* c, const std::vector<float>& bias, bool accumulate) {
+    if (w.in_order) {  // the input's features gathered into the order of the weight's columns
+      const int64_t k = w.k();
+      grow_exact(ordered, m * k);
+      const int32_t* order = w.in_order->data();
+      for_rows(m, k, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+          const float* from = a + t * k;
+          float* to = ordered.data() + t * k;
+          for (int64_t i = 0; i < k; ++i) to[i] = from[order[i]];
+        }
+      });
+      a = ordered.data();
+    }
     if (w.quant) {
       QuantGemmArgs args;
       args.m = m;
@@ -638,10 +678,33 @@ CpuBackend::CpuBackend(const std::filesystem::path& model_path, CpuBackendOption
     return_freed_heap();
     return;
   }
-  // The norms and biases are read out; the matrices are widened to fp32 as they are packed into
-  // panels, straight from the safetensors mapping, which is unmapped once they are.
   ModelConfig config = load_model_config(source.path);
   const SafetensorsArchive archive = SafetensorsArchive::open_model_dir(source.path);
+  if (!config.quantization.method.empty()) {
+    // AWQ / GPTQ: each quantized weight read into blocks (packed into panels and freed one by
+    // one, so the load holds about one copy), act-order weights with their input order; an
+    // act-order embedding (its rows gathered as they are) dequantized instead.
+    Int4Checkpoint checkpoint(archive, config, options.progress);
+    MappedModelWeights& mapped = checkpoint.mapped();
+    WeightSources s;
+    s.dense = std::move(mapped.matrices);
+    s.progress = options.progress;
+    for (const std::string& name : checkpoint.quantized_names()) {
+      const std::vector<int32_t>& order = checkpoint.input_order(name);
+      if (name == kEmbedName && !order.empty()) {
+        mapped.dense.embed_tokens = checkpoint.dequantize(name);
+        continue;
+      }
+      mapped.dense.quantized.emplace(name, checkpoint.blocks(name));
+      if (!order.empty()) s.input_orders.emplace(name, order);
+    }
+    impl_ = std::make_unique<Impl>(std::move(config), std::move(mapped.dense), options, &s);
+    impl_->weights_format = checkpoint.description() + " (as " + impl_->weights_format + ")";
+    return_freed_heap();
+    return;
+  }
+  // The norms and biases are read out; the matrices are widened to fp32 as they are packed into
+  // panels, straight from the safetensors mapping, which is unmapped once they are.
   MappedModelWeights mapped = map_model_weights(archive, config, options.progress);
   WeightSources s;
   s.dense = std::move(mapped.matrices);
@@ -711,7 +774,7 @@ int64_t CpuBackend::step_buffer_bytes() const {
   const Impl& m = *impl_;
   int64_t floats = 0;
   for (const std::vector<float>* v : {&m.x, &m.normed, &m.qkv, &m.attn, &m.gate_up, &m.act, &m.cos, &m.sin, &m.head_in,
-                                      &m.logits_chunk}) {
+                                      &m.logits_chunk, &m.ordered}) {
     floats += static_cast<int64_t>(v->capacity());
   }
   return floats * static_cast<int64_t>(sizeof(float)) + m.quant_scratch.bytes();

@@ -173,6 +173,53 @@ void read_rope_scaling(const FieldReader& fields, ModelConfig& config, const std
       inner.positive_int(key + ".original_max_position_embeddings", required("original_max_position_embeddings"));
 }
 
+// config.json's "quantization_config": 4-bit AWQ ("version": "gemm", with zero points) and
+// GPTQ (v1 or v2 zero points, any group size that is a multiple of 32, act-order or not). Other
+// methods, bit widths and layouts are refused here, naming the field, before any weight is read.
+void read_quantization(const FieldReader& fields, ModelConfig& config) {
+  const std::string key = "quantization_config";
+  const JsonValue* q = fields.get(key);
+  if (q == nullptr) return;
+  if (!q->is_object()) fields.fail_value(key, *q, "an object or null");
+  FieldReader inner(*q, fields.source());
+  const auto field = [&](std::string_view name) { return key + "." + std::string(name); };
+  const std::string* method = inner.string("quant_method");
+  if (method == nullptr) fields.fail(field("quant_method"), "is missing");
+  if (*method != "awq" && *method != "gptq") {
+    fields.fail(field("quant_method"), "is \"" + *method + "\"; supported: awq (4-bit, GEMM layout) and gptq (4-bit)");
+  }
+  ModelConfig::Int4Quantization& out = config.quantization;
+  out.method = *method;
+  const JsonValue* bits = inner.get("bits");
+  if (bits == nullptr) bits = inner.get("w_bit");  // AutoAWQ's own quant_config.json names
+  if (bits == nullptr) fields.fail(field("bits"), "is missing");
+  if (!bits->is_integer() || bits->as_int64() != 4) {
+    inner.fail_value(field("bits"), *bits, "4 (only 4-bit AWQ and GPTQ checkpoints are supported)");
+  }
+  const JsonValue* group = inner.get("group_size");
+  if (group == nullptr) group = inner.get("q_group_size");
+  if (group == nullptr) fields.fail(field("group_size"), "is missing");
+  if (!group->is_integer() || (group->as_int64() != -1 && (group->as_int64() <= 0 || group->as_int64() % 32 != 0 ||
+                                                           group->as_int64() > std::numeric_limits<int32_t>::max()))) {
+    inner.fail_value(field("group_size"), *group, "a positive multiple of 32, or -1 (one group per row)");
+  }
+  out.group_size = static_cast<int32_t>(group->as_int64());
+  if (out.method == "awq") {
+    const std::string* version = inner.string("version");
+    if (version != nullptr && *version != "gemm" && *version != "GEMM") {
+      fields.fail(field("version"), "is \"" + *version + "\"; only AWQ's GEMM layout (\"gemm\") is supported");
+    }
+    if (!inner.boolean("zero_point", true)) fields.fail(field("zero_point"), "is false; only AWQ with zero points is supported");
+    return;
+  }
+  out.symmetric = inner.boolean("sym", true);
+  const std::string* format = inner.string("checkpoint_format");
+  if (format != nullptr && *format != "gptq" && *format != "gptq_v2") {
+    fields.fail(field("checkpoint_format"), "is \"" + *format + "\"; supported: gptq, gptq_v2");
+  }
+  out.zeros_minus_one = format == nullptr || *format == "gptq";
+}
+
 void fail_invalid(const std::string& source, const std::string& field, const std::string& problem) {
   throw ModelError(model_error_code::kConfig, source + ": field \"" + field + "\" " + problem);
 }
@@ -221,6 +268,7 @@ ModelConfig parse_model_config(std::string_view config_json, const std::string& 
 
   if (const JsonValue* bos = fields.get("bos_token_id")) config.bos_token_id = fields.token_id("bos_token_id", *bos);
   config.eos_token_ids = fields.token_ids("eos_token_id");
+  read_quantization(fields, config);
   validate_model_config(config, source);
   return config;
 }

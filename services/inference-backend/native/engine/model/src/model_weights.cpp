@@ -86,7 +86,7 @@ void DenseMatrixRef::to_f32(int64_t r, int64_t first, int64_t n, float* out) con
 }
 
 MappedModelWeights map_model_weights(const SafetensorsArchive& archive, const ModelConfig& config,
-                                     const LoadProgress& progress) {
+                                     const LoadProgress& progress, const ExternalTensors* external) {
   int64_t bytes = 0;
   for (const TensorInfo& info : archive.tensors()) bytes += static_cast<int64_t>(info.nbytes);
   progress.start(bytes);
@@ -98,6 +98,7 @@ MappedModelWeights map_model_weights(const SafetensorsArchive& archive, const Mo
   const bool has_head = archive.find(kLmHeadName) != nullptr;
   std::unordered_set<std::string> used;
   for (TensorSlot& slot : slots) {
+    if (external != nullptr && external->slots.count(slot.name) != 0) continue;
     std::string source_name = slot.name;
     if (config.tie_word_embeddings && slot.name == kLmHeadName) continue;  // lm_head stays empty: tied
     if (config.tie_word_embeddings && slot.name == kEmbedName && !has_embed && has_head) source_name = kLmHeadName;
@@ -125,6 +126,7 @@ MappedModelWeights map_model_weights(const SafetensorsArchive& archive, const Mo
   // A decoder tensor the config does not declare (a bias, an extra layer) means the config
   // and the weights disagree; running without it would silently give wrong outputs.
   for (const TensorInfo& info : archive.tensors()) {
+    if (external != nullptr && external->tensors.count(info.name) != 0) continue;  // its reader counts it
     if (used.count(info.name) == 0 && !is_ignorable(info.name)) {
       fail(describe(info) + " is not part of the model config.json describes (layers, biases or sizes differ?)");
     }

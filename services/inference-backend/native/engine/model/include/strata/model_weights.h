@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "strata/load_progress.h"
@@ -103,10 +104,16 @@ struct MappedModelWeights {
   ModelWeights dense;
   std::unordered_map<std::string, DenseMatrixRef> matrices;
 };
+// Tensors another reader takes (an AWQ/GPTQ checkpoint's quantized linear weights, int4_weights.h):
+// `slots` (Hugging Face names of the config's matrices) are not looked for, and the archive's
+// `tensors` count as part of the model.
+struct ExternalTensors {
+  std::unordered_set<std::string> slots, tensors;
+};
 // `progress` is started at the archive's tensor bytes and counts every tensor's but the
-// matrices' (the caller counts each as it reads it).
+// matrices' and the external ones' (the caller counts each as it reads it).
 MappedModelWeights map_model_weights(const SafetensorsArchive& archive, const ModelConfig& config,
-                                     const LoadProgress& progress = {});
+                                     const LoadProgress& progress = {}, const ExternalTensors* external = nullptr);
 
 // The copying loads' last step (load_model_weights, load_gguf_weights): each of `matrices`
 // widened into its fp32 member of `weights`, rows split among threads, then handed to `read`
