@@ -14,7 +14,7 @@ import { loadModelFiles, type ModelFiles } from '../src/model/model-files.js';
 import { modelsRoutes } from '../src/routes/openai-models.js';
 import { ggufBytes, int32s, strings } from './support/gguf-writer.js';
 import { optionalModel, smollm2Gguf } from './support/models.js';
-import { TempDirs } from './support/temp-model.js';
+import { copyTinystories, mergeJson, TempDirs } from './support/temp-model.js';
 
 const dirs = new TempDirs();
 const apps: FastifyInstance[] = [];
@@ -99,6 +99,26 @@ describe('GET /v1/models', () => {
       quantization: 'float32',
       display_name: null,
     });
+  });
+
+  it.skipIf(!hf.path)(`names a 4-bit AWQ or GPTQ checkpoint's quantization${hf.skipped}`, async () => {
+    const dir = await copyTinystories(dirs);
+    for (const [quantization, name] of [
+      [
+        { quant_method: 'awq', bits: 4, group_size: 128, version: 'gemm', zero_point: true },
+        'awq int4, groups of 128',
+      ],
+      [
+        { quant_method: 'gptq', bits: 4, group_size: -1, desc_act: true, sym: true },
+        'gptq int4, a group per row',
+      ],
+    ] as const) {
+      await mergeJson(dir, 'config.json', { quantization_config: quantization });
+      const cards = (await modelCards(await loadModelFiles(dir), 'tinystories-656k')) as {
+        data: Record<string, unknown>[];
+      };
+      expect(cards.data[0]).toMatchObject({ format: 'huggingface', quantization: name });
+    }
   });
 
   const smol = smollm2Gguf();

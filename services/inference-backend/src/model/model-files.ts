@@ -61,7 +61,8 @@ export interface ModelFiles {
   readonly displayName: string | null;
   /**
    * How the weights are stored: GGUF general.file_type as llama.cpp names it ('Q4_1', 'Q8_0', 'F16'),
-   * else the most common type of the 2-D tensors; Hugging Face: config.json's (torch_)dtype.
+   * else the most common type of the 2-D tensors; Hugging Face: config.json's (torch_)dtype, or
+   * for a 4-bit AWQ/GPTQ checkpoint its quantization_config ('awq int4, groups of 128').
    */
   readonly quantization: string | null;
   /** GGUF: tensor count per ggml type ({ Q4_1: 210, F32: 61, Q8_0: 1 }); null for Hugging Face. */
@@ -80,7 +81,21 @@ const configSchema = z.looseObject({
   dtype: z.string().nullish(),
   bos_token_id: tokenId.nullish(),
   eos_token_id: tokenIdOrList.nullish(),
+  // Checked in full by the engine (model_config.cpp), which refuses what it cannot run.
+  quantization_config: z
+    .looseObject({ quant_method: z.string().optional(), group_size: z.number().int().optional() })
+    .nullish(),
 });
+
+/** 'awq int4, groups of 128' for a quantized checkpoint, as the engine names it; else the dtype. */
+function hfQuantization(config: z.infer<typeof configSchema>): string | null {
+  const q = config.quantization_config;
+  if (q?.quant_method) {
+    const groups = q.group_size === -1 ? 'a group per row' : `groups of ${q.group_size}`;
+    return `${q.quant_method} int4, ${groups}`;
+  }
+  return config.torch_dtype ?? config.dtype ?? null;
+}
 
 const generationConfigSchema = z.looseObject({
   bos_token_id: tokenId.nullish(),
@@ -232,7 +247,7 @@ async function huggingFaceModelFiles(root: string): Promise<ModelFiles> {
     chatTemplateOrigin: template?.origin ?? null,
     maxModelLen: maxModelLen(config.max_position_embeddings, tokCfg.model_max_length),
     displayName: null,
-    quantization: config.torch_dtype ?? config.dtype ?? null,
+    quantization: hfQuantization(config),
     tensorTypes: null,
   };
 }

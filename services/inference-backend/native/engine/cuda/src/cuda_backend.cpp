@@ -8,6 +8,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +20,7 @@
 #include "strata/cuda_quant.h"
 #include "strata/cuda_sampling.h"
 #include "strata/gguf.h"
+#include "strata/int4_weights.h"
 #include "strata/model_config.h"
 #include "strata/model_error.h"
 #include "strata/model_source.h"
@@ -478,6 +480,7 @@ struct CudaBackend::Impl {
 
     const auto started = std::chrono::steady_clock::now();
     if (gguf) load_gguf(*gguf);
+    else if (!config.quantization.method.empty()) load_int4(model_dir);
     else load_weights(model_dir);
     load.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     Rope rope(config);  // inv_freq exactly as the CPU backend computes it
@@ -511,29 +514,91 @@ struct CudaBackend::Impl {
     stream_weights(targets, checked_sources(archive, targets));
   }
 
+  // Where a load's quantized matrices come from: a GGUF file's mapping (blocks where they lie)
+  // or an AWQ/GPTQ checkpoint (blocks converted when asked for, int4_weights.h).
+  struct BlockSource {
+    std::unordered_map<std::string, QuantType> types;  // every quantized matrix, by name
+    std::function<bool(const std::string&)> keepable;  // its blocks can go to the device as they are
+    // The blocks of `name` (in `holder` when converted), valid until done(name).
+    std::function<GgufBlocks(const std::string&, QuantMatrix& holder)> blocks;
+    std::function<std::vector<float>(const std::string&)> dequantized;  // fp32, the features' own order
+    std::function<void(const std::string&)> done;  // read: pages let go, bytes counted
+    std::function<void(const GgufTensor&)> release_float;  // idem, a GGUF file's float matrix
+  };
+
   // A GGUF file: its tensors through the CPU loader's mapping (names, shapes and the q/k row
   // order of llama.cpp undone, map_gguf_weights): the norms and biases read, the matrices taken
-  // from the file's mapping on their way to the device: F32/F16/BF16 ones staged as they are
+  // from the file's mapping on their way to the device.
+  void load_gguf(const GgufFile& file) {
+    const auto read_started = std::chrono::steady_clock::now();
+    options.progress.start(gguf_tensor_bytes(file));
+    GgufWeights mapped = map_gguf_weights(file, config, options.progress);  // the matrices stay in the file
+    load.read_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - read_started).count();
+    BlockSource src;
+    for (const auto& [name, b] : mapped.blocks) src.types.emplace(name, b.type);
+    src.keepable = [](const std::string&) { return true; };
+    src.blocks = [&](const std::string& name, QuantMatrix&) { return mapped.blocks.at(name); };
+    src.dequantized = [&](const std::string& name) { return dequantize(copy_blocks(mapped.blocks.at(name))); };
+    src.done = [&](const std::string& name) {
+      const GgufTensor& t = *mapped.blocks.at(name).tensor;
+      options.progress.add(int64_t(t.nbytes));
+      file.release(t);
+    };
+    src.release_float = [&](const GgufTensor& t) {
+      options.progress.add(int64_t(t.nbytes));
+      file.release(t);
+    };
+    load_quantized(mapped.dense, mapped.matrices, src);
+    load.bytes = 0;  // the file's bytes, not the bytes staged (blocks dequantized to fp32)
+    for (const GgufTensor& t : file.tensors()) load.bytes += int64_t(t.nbytes);
+  }
+
+  // A 4-bit AWQ or GPTQ checkpoint: each quantized weight converted to blocks on the host on
+  // its way to the device (so the host holds one weight's blocks at a time), the float matrices
+  // (embedding, lm_head, modules left out) converted from the mapping. An act-order weight
+  // (GPTQ desc_act) is dequantized into the dtype instead: the device GEMMs have no input
+  // gather yet.
+  void load_int4(const std::filesystem::path& model_dir) {
+    const auto read_started = std::chrono::steady_clock::now();
+    const SafetensorsArchive archive = SafetensorsArchive::open_model_dir(model_dir);
+    Int4Checkpoint checkpoint(archive, config, options.progress);
+    load.read_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - read_started).count();
+    BlockSource src;
+    for (const std::string& name : checkpoint.quantized_names()) src.types.emplace(name, checkpoint.block_type());
+    src.keepable = [&](const std::string& name) { return checkpoint.input_order(name).empty(); };
+    src.blocks = [&](const std::string& name, QuantMatrix& holder) {
+      holder = checkpoint.blocks(name);
+      GgufBlocks b;
+      b.type = holder.type;
+      b.rows = holder.rows;
+      b.cols = holder.cols;
+      b.data = holder.data.data();
+      return b;
+    };
+    src.dequantized = [&](const std::string& name) { return checkpoint.dequantize(name); };
+    src.done = [](const std::string&) {};  // blocks() and dequantize() let the pages go
+    load_quantized(checkpoint.mapped().dense, checkpoint.mapped().matrices, src);
+    weights_format = checkpoint.description() + ": " + weights_format;
+    load.bytes = 0;
+    for (const TensorInfo& t : archive.tensors()) load.bytes += int64_t(t.nbytes);
+  }
+
+  // The weights from a mapping with quantized matrices: F32/F16/BF16 ones staged as they are
   // (q and k gathered into the Hugging Face row order) and converted on the device, quantized
   // ones repacked. A fused weight (q/k/v, gate/up) whose parts are all blocks of one type stays
   // quantized, as does o_proj, down and the output projection (the tied embedding's blocks too);
   // the embedding table for the gather is dense. In fp32, and for a fused weight whose parts
   // differ, the blocks are dequantized exactly on the host and converted to the dtype.
-  void load_gguf(const GgufFile& file) {
+  void load_quantized(ModelWeights& w, const std::unordered_map<std::string, DenseMatrixRef>& matrices, const BlockSource& src) {
     using Clock = std::chrono::steady_clock;
     const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-    const auto read_started = Clock::now();
-    options.progress.start(gguf_tensor_bytes(file));
-    GgufWeights mapped = map_gguf_weights(file, config, options.progress);  // the matrices stay in the file
-    ModelWeights& w = mapped.dense;
-    load.read_seconds = seconds_since(read_started);
     const bool keep_blocks = dtype != DType::kF32;
     const auto format = [&](std::initializer_list<std::string> names) -> std::optional<QuantType> {
       std::optional<QuantType> type;
       for (const std::string& name : names) {
-        const auto it = mapped.blocks.find(name);
-        if (!keep_blocks || it == mapped.blocks.end() || (type && *type != it->second.type)) return std::nullopt;
-        type = it->second.type;
+        const auto it = src.types.find(name);
+        if (!keep_blocks || it == src.types.end() || !src.keepable(name) || (type && *type != it->second)) return std::nullopt;
+        type = it->second;
       }
       return type;
     };
@@ -549,11 +614,11 @@ struct CudaBackend::Impl {
     lay_out_weights(formats, format({head_name}));
     weights_format = describe_formats();
     std::vector<std::string> widened;  // types the file has that no weight keeps on the device
-    for (const auto& [name, matrix] : mapped.blocks) {
+    for (const auto& [name, type] : src.types) {
       (void)name;
-      const std::string type = quant_type_name(matrix.type);
-      if (weights_format.find(type) == std::string::npos && std::find(widened.begin(), widened.end(), type) == widened.end())
-        widened.push_back(type);
+      const std::string t = quant_type_name(type);
+      if (weights_format.find(t) == std::string::npos && std::find(widened.begin(), widened.end(), t) == widened.end())
+        widened.push_back(t);
     }
     std::sort(widened.begin(), widened.end());
     for (size_t i = 0; i < widened.size(); ++i)
@@ -570,36 +635,36 @@ struct CudaBackend::Impl {
       load.host_seconds += seconds_since(started);
       return result;
     };
-    // A matrix is on its way (its bytes staged, repacked or dequantized): counted in the load's
-    // progress, and the file's pages let go.
-    const auto done = [&](const GgufTensor& t) {
-      options.progress.add(int64_t(t.nbytes));
-      file.release(t);
+    // A float matrix has been converted: counted in the load's progress, its pages let go.
+    const auto dense_done = [&](const DenseMatrixRef& m) {
+      if (const TensorInfo* t = m.tensor; t != nullptr) {
+        options.progress.add(int64_t(t->nbytes));
+        t->file->release(t->data, t->nbytes);
+      }
+      if (const GgufTensor* t = m.gguf_tensor; t != nullptr) src.release_float(*t);
     };
     // Quantized blocks in the GPU layout at `dst`: the row blocks of `names`, in order (a fused
-    // weight's parts), repacked from the file's mapping on their way to the device; the file's
-    // pages are let go once they are.
+    // weight's parts), repacked on their way to the device; the source lets them go after.
     const auto blocks_to = [&](const cuda::QuantWeight& dst, const std::vector<std::string>& names) {
+      std::vector<QuantMatrix> holders(names.size());
+      std::vector<GgufBlocks> blocks;
       std::vector<cuda::QuantRows> parts;
-      for (const std::string& name : names) {
-        const GgufBlocks& b = mapped.blocks.at(name);
-        parts.push_back({b.data, b.rows, b.file_rows.empty() ? nullptr : b.file_rows.data()});
-      }
+      for (size_t i = 0; i < names.size(); ++i) blocks.push_back(on_host([&] { return src.blocks(names[i], holders[i]); }));
+      for (const GgufBlocks& b : blocks) parts.push_back({b.data, b.rows, b.file_rows.empty() ? nullptr : b.file_rows.data()});
       up.repack(dst, parts);
-      for (const std::string& name : names) done(*mapped.blocks.at(name).tensor);
+      for (const std::string& name : names) src.done(name);
     };
     // The matrix `name` dense in the dtype at `dst`: a float matrix converted on the device from
     // where it lies, blocks dequantized on the host. Returns the bytes written.
     const auto dense_to = [&](const std::string& name, void* dst) -> int64_t {
-      if (const auto it = mapped.matrices.find(name); it != mapped.matrices.end()) {
+      if (const auto it = matrices.find(name); it != matrices.end()) {
         up.convert(it->second, dst);
-        done(*it->second.gguf_tensor);
+        dense_done(it->second);
         return it->second.rows * it->second.cols * int64_t(esize);
       }
-      const GgufBlocks& b = mapped.blocks.at(name);
-      const std::vector<float> values = on_host([&] { return dequantize(copy_blocks(b)); });
+      const std::vector<float> values = on_host([&] { return src.dequantized(name); });
       up.convert(values.data(), DType::kF32, int64_t(values.size()), dst);
-      done(*b.tensor);
+      src.done(name);
       return int64_t(values.size()) * int64_t(esize);
     };
     // A linear weight from its parts (row blocks in order): their blocks repacked, or their
@@ -619,8 +684,8 @@ struct CudaBackend::Impl {
     // dequantized on the host, a float table converted on the device.
     DeviceMemory embed_blocks;  // until up.finish(): the dequantizing kernel reads it
     if (lm_head.quantized() || lm_head.dense != embed) linear(lm_head, {head_name});
-    if (const auto it = mapped.blocks.find(kEmbedName); keep_blocks && it != mapped.blocks.end()) {
-      cuda::QuantWeight table{it->second.type, int32_t(it->second.rows), int32_t(it->second.cols), nullptr};
+    if (const auto it = src.types.find(kEmbedName); keep_blocks && it != src.types.end() && src.keepable(kEmbedName)) {
+      cuda::QuantWeight table{it->second, int32_t(vocab), int32_t(hidden), nullptr};
       if (lm_head.quantized() && head_name == kEmbedName) {
         table.data = lm_head.quant.data;
       } else {
@@ -653,8 +718,6 @@ struct CudaBackend::Impl {
       lw = LayerWeights();  // the layer's norms and biases
     }
     up.finish();
-    load.bytes = 0;  // the file's bytes, not the bytes staged (blocks dequantized to fp32)
-    for (const GgufTensor& t : file.tensors()) load.bytes += int64_t(t.nbytes);
   }
 
   // The quantized types kept on the device and the dtype of the rest (named as the engine's

@@ -27,6 +27,7 @@
 
 #include "check_util.h"
 #include "gguf_writer.h"
+#include "int4_writer.h"
 #include "strata/cpu_backend.h"
 #include "strata/cuda_backend.h"
 #include "strata/engine.h"
@@ -473,8 +474,20 @@ void check_float_copy(Report& report, const std::filesystem::path& source, const
 // One quantized copy: bf16 with the blocks on the device against the same file in fp32 (blocks
 // dequantized: the exact weights), both on the interleaved schedule; fp32 against the CPU
 // backend (whose activations are quantized to 8 bits, as llama.cpp's: close, not equal).
+// The bytes of a checkpoint's tensors: what a load's progress counts up to.
+int64_t checkpoint_bytes(const std::filesystem::path& path) {
+  const ModelSource source = resolve_model_source(path);
+  if (source.kind == ModelSource::Kind::kGguf) return gguf_tensor_bytes(GgufFile::open(source.path));
+  int64_t bytes = 0;
+  for (const TensorInfo& t : SafetensorsArchive::open_model_dir(source.path).tensors()) bytes += int64_t(t.nbytes);
+  return bytes;
+}
+
+// `blocks_on_device` false: a checkpoint whose bf16 load keeps no blocks (GPTQ act-order), so
+// the checks of the quantized kernels' paths (fused epilogues apart, the dense prefill) do not apply.
 void check_quantized(Report& report, const std::filesystem::path& file, const std::string& name,
-                     const std::string& bf16_format, const std::string& f32_format, const std::string& kernels) {
+                     const std::string& bf16_format, const std::string& f32_format, const std::string& kernels,
+                     bool blocks_on_device = true) {
   CpuBackend cpu(file);
   Schedule s = random_schedule(cpu.config(), 4, 60, 2, 24);
   // One prompt of 24 tokens or more, so that a step of 16+ rows always runs (the dense prefill's
@@ -502,7 +515,7 @@ void check_quantized(Report& report, const std::filesystem::path& file, const st
   options.progress = LoadProgress(progress_bf16);
   CudaBackend gpu(file, options);
   format(gpu, "bf16", bf16_format);
-  const int64_t bytes = gguf_tensor_bytes(GgufFile::open(resolve_model_source(file).path));
+  const int64_t bytes = checkpoint_bytes(file);
   report.add_exact("gguf load progress", "f32, bf16", name + " (" + std::to_string(bytes) + " tensor bytes)",
                    progress_f32[0] == bytes && progress_f32[1] == bytes && progress_bf16[0] == bytes &&
                        progress_bf16[1] == bytes);
@@ -528,6 +541,12 @@ void check_quantized(Report& report, const std::filesystem::path& file, const st
     refused = true;
   }
   report.add_exact("decode_kernels refuses", "bf16", name + ": batch 0", refused);
+  if (!blocks_on_device) {
+    const Run on_cpu = greedy(cpu, s);
+    report.add("gguf dequantized f32 vs cpu", "f32", name + " (cpu: 8-bit activations)",
+               compare(prompt_logits<double>(on_cpu), prompt_logits<float>(ref)), 3e-2);
+    return;
+  }
   options.quant_gemv_fuse = false;
   CudaBackend apart(file, options);
   const Run on_apart = greedy(apart, s);
@@ -811,6 +830,38 @@ int main(int argc, char** argv) {
                          " steps" + (note.empty() ? "" : " (" + note + ")"),
                      same);
     if (same) report.add("engine: sampled logprobs", "f32", name, compare(ref_lp, got_lp), 1e-5);
+
+    // A safetensors checkpoint: its 4-bit AWQ and GPTQ copies (int4_writer.h: quantized and
+    // packed as AutoAWQ and AutoGPTQ do), on the quantized checks. Their blocks are Q4_1 (AWQ,
+    // asymmetric GPTQ) or Q4_0 (symmetric GPTQ); act-order is dequantized on the device.
+    if (!gguf) {
+      const std::filesystem::path tmp =
+          std::filesystem::temp_directory_path() / ("strata-check-int4-" + std::to_string(random_int(0, 1 << 30)));
+      struct Int4Variant {
+        const char* label;
+        strata_test::Spec spec;
+        const char* bf16_format;
+        const char* f32_format;
+        const char* kernels;
+        bool blocks_on_device;
+      };
+      const std::string fused = "q/k/v quant_gemm_qkv_rope, gate/up quant_gemm_swiglu";
+      for (const Int4Variant& v :
+           {Int4Variant{"AWQ", {"awq", 128, false, true, false}, "awq int4, groups of 128: Q4_1 + bfloat16",
+                        "awq int4, groups of 128: float32 (Q4_1 dequantized)", fused.c_str(), true},
+            Int4Variant{"GPTQ sym", {"gptq", 64, true, true, false}, "gptq int4, groups of 64: Q4_0 + bfloat16",
+                        "gptq int4, groups of 64: float32 (Q4_0 dequantized)", fused.c_str(), true},
+            Int4Variant{"GPTQ act-order", {"gptq", 32, false, true, true},
+                        "gptq int4, act-order, groups of 32: bfloat16 (Q4_1 dequantized)",
+                        "gptq int4, act-order, groups of 32: float32 (Q4_1 dequantized)",
+                        "q/k/v gemv_qkv_rope, gate/up gemv_swiglu", false}}) {
+        const std::filesystem::path out = tmp / v.label;
+        std::filesystem::create_directories(out);
+        strata_test::make_checkpoint(dir, v.spec).write(out);
+        check_quantized(report, out, name + " " + v.label, v.bf16_format, v.f32_format, v.kernels, v.blocks_on_device);
+      }
+      std::filesystem::remove_all(tmp);
+    }
 
     // A GGUF file of fp32 tensors: its quantized copies.
     if (!gguf || !std::all_of(gguf->tensors().begin(), gguf->tensors().end(), [](const GgufTensor& t) { return t.type == 0; }))

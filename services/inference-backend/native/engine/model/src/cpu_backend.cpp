@@ -699,7 +699,7 @@ CpuBackend::CpuBackend(const std::filesystem::path& model_path, CpuBackendOption
       if (!order.empty()) s.input_orders.emplace(name, order);
     }
     impl_ = std::make_unique<Impl>(std::move(config), std::move(mapped.dense), options, &s);
-    impl_->weights_format = checkpoint.description() + " (as " + impl_->weights_format + ")";
+    impl_->weights_format = checkpoint.description() + ": " + impl_->weights_format;
     return_freed_heap();
     return;
   }

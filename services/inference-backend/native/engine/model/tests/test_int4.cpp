@@ -17,6 +17,7 @@
 #include <string>
 
 #include "check.h"
+#include "int4_writer.h"
 #include "model_files.h"
 #include "strata/cpu_backend.h"
 #include "strata/float_convert.h"
@@ -30,205 +31,9 @@
 using namespace strata;
 using strata_test::RawTensor;
 using strata_test::TempDir;
+using namespace strata_test;
 
 namespace {
-
-// AutoAWQ packs output rows 8c + kAwqOrder[i] into nibble i of word c.
-constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
-
-// One weight, quantized: what the checkpoint means.
-struct Int4 {
-  int64_t n = 0, k = 0, group = 0, groups = 0;
-  std::vector<int32_t> group_of;  // (k) each input feature's group
-  std::vector<uint8_t> q;         // (n, k)
-  std::vector<int32_t> z;         // (groups, n): 0..15, 8 when symmetric
-  std::vector<uint16_t> s;        // (groups, n): fp16
-  bool act_order = false;
-
-  float value(int64_t j, int64_t f) const {
-    const int64_t g = group_of[f];
-    return static_cast<float>(q[j * k + f] - z[g * n + j]) * f16_to_f32(s[g * n + j]);
-  }
-};
-
-// Round to nearest per (row, group); `perm` (GPTQ act-order) puts features perm[i] in group i / G.
-Int4 quantize(const std::vector<float>& w, int64_t n, int64_t k, int64_t group, bool symmetric, const std::vector<int32_t>& perm) {
-  Int4 out;
-  out.n = n;
-  out.k = k;
-  out.group = group;
-  out.groups = k / group;
-  out.act_order = !perm.empty();
-  out.group_of.resize(k);
-  for (int64_t i = 0; i < k; ++i) out.group_of[perm.empty() ? i : perm[i]] = static_cast<int32_t>(i / group);
-  out.q.resize(n * k);
-  out.z.resize(out.groups * n);
-  out.s.resize(out.groups * n);
-  for (int64_t j = 0; j < n; ++j) {
-    for (int64_t g = 0; g < out.groups; ++g) {
-      float lo = 0.0f, hi = 0.0f;
-      for (int64_t f = 0; f < k; ++f) {
-        if (out.group_of[f] != g) continue;
-        lo = std::min(lo, w[j * k + f]);
-        hi = std::max(hi, w[j * k + f]);
-      }
-      const float step = symmetric ? std::max(-lo, hi) / 7.0f : (hi - lo) / 15.0f;
-      const uint16_t s16 = f32_to_f16(std::max(step, 1e-4f));
-      const float s = f16_to_f32(s16);
-      const int32_t z = symmetric ? 8 : std::clamp(static_cast<int32_t>(std::lround(-lo / s)), 0, 15);
-      out.s[g * n + j] = s16;
-      out.z[g * n + j] = z;
-      for (int64_t f = 0; f < k; ++f) {
-        if (out.group_of[f] != g) continue;
-        out.q[j * k + f] = static_cast<uint8_t>(std::clamp(static_cast<int32_t>(std::lround(w[j * k + f] / s)) + z, 0, 15));
-      }
-    }
-  }
-  return out;
-}
-
-std::string i32_bytes(const std::vector<uint32_t>& words) {
-  return std::string(reinterpret_cast<const char*>(words.data()), words.size() * 4);
-}
-std::string u16_bytes(const std::vector<uint16_t>& halves) {
-  return std::string(reinterpret_cast<const char*>(halves.data()), halves.size() * 2);
-}
-
-// AutoAWQ's GEMM layout: qweight (k, n/8), qzeros (groups, n/8), scales (groups, n).
-std::vector<RawTensor> pack_awq(const std::string& prefix, const Int4& w) {
-  std::vector<uint32_t> qweight(w.k * (w.n / 8), 0), qzeros(w.groups * (w.n / 8), 0);
-  for (int64_t f = 0; f < w.k; ++f)
-    for (int64_t c = 0; c < w.n / 8; ++c)
-      for (int i = 0; i < 8; ++i) qweight[f * (w.n / 8) + c] |= uint32_t{w.q[(8 * c + kAwqOrder[i]) * w.k + f]} << (4 * i);
-  for (int64_t g = 0; g < w.groups; ++g)
-    for (int64_t c = 0; c < w.n / 8; ++c)
-      for (int i = 0; i < 8; ++i) qzeros[g * (w.n / 8) + c] |= static_cast<uint32_t>(w.z[g * w.n + 8 * c + kAwqOrder[i]]) << (4 * i);
-  return {{prefix + ".qweight", "I32", {w.k, w.n / 8}, i32_bytes(qweight)},
-          {prefix + ".qzeros", "I32", {w.groups, w.n / 8}, i32_bytes(qzeros)},
-          {prefix + ".scales", "F16", {w.groups, w.n}, u16_bytes(w.s)}};
-}
-
-// AutoGPTQ's layout: qweight (k/8, n), qzeros (groups, n/8) storing z - 1 in v1, scales
-// (groups, n), g_idx (k).
-std::vector<RawTensor> pack_gptq(const std::string& prefix, const Int4& w, bool v1) {
-  std::vector<uint32_t> qweight((w.k / 8) * w.n, 0), qzeros(w.groups * (w.n / 8), 0), g_idx(w.k);
-  for (int64_t r = 0; r < w.k / 8; ++r)
-    for (int64_t j = 0; j < w.n; ++j)
-      for (int i = 0; i < 8; ++i) qweight[r * w.n + j] |= uint32_t{w.q[j * w.k + 8 * r + i]} << (4 * i);
-  for (int64_t g = 0; g < w.groups; ++g)
-    for (int64_t c = 0; c < w.n / 8; ++c)
-      for (int i = 0; i < 8; ++i) {
-        const uint32_t stored = static_cast<uint32_t>(w.z[g * w.n + 8 * c + i] - (v1 ? 1 : 0)) & 15u;
-        qzeros[g * (w.n / 8) + c] |= stored << (4 * i);
-      }
-  for (int64_t f = 0; f < w.k; ++f) g_idx[f] = static_cast<uint32_t>(w.group_of[f]);
-  return {{prefix + ".qweight", "I32", {w.k / 8, w.n}, i32_bytes(qweight)},
-          {prefix + ".qzeros", "I32", {w.groups, w.n / 8}, i32_bytes(qzeros)},
-          {prefix + ".scales", "F16", {w.groups, w.n}, u16_bytes(w.s)},
-          {prefix + ".g_idx", "I32", {w.k}, i32_bytes(g_idx)}};
-}
-
-// The blocks the format's definition gives (int4_weights.h): Q4_0 d = s; Q4_1 d = s, m = -z s.
-QuantMatrix blocks_of(const Int4& w, QuantType type) {
-  QuantMatrix m;
-  m.type = type;
-  m.rows = w.n;
-  m.cols = w.k;
-  m.data.resize(m.rows * m.row_bytes());
-  for (int64_t j = 0; j < w.n; ++j) {
-    for (int64_t b = 0; b < w.k / kQuantBlock; ++b) {
-      const int64_t g = b * kQuantBlock / w.group;
-      const uint16_t d = w.s[g * w.n + j];
-      uint8_t qs[16];
-      for (int v = 0; v < 16; ++v) qs[v] = static_cast<uint8_t>(w.q[j * w.k + b * 32 + v] | (w.q[j * w.k + b * 32 + v + 16] << 4));
-      uint8_t* at = m.data.data() + j * m.row_bytes() + b * quant_block_bytes(type);
-      if (type == QuantType::Q4_0) {
-        BlockQ4_0 block{d, {}};
-        std::memcpy(block.qs, qs, 16);
-        std::memcpy(at, &block, sizeof block);
-      } else {
-        BlockQ4_1 block{d, f32_to_f16(-static_cast<float>(w.z[g * w.n + j]) * f16_to_f32(d)), {}};
-        std::memcpy(block.qs, qs, 16);
-        std::memcpy(at, &block, sizeof block);
-      }
-    }
-  }
-  return m;
-}
-
-struct Spec {
-  std::string method = "awq";  // or "gptq"
-  int64_t group = 128;
-  bool symmetric = false;
-  bool v1 = true;        // GPTQ zero points stored minus one
-  bool act_order = false;
-};
-
-// tinystories-656k quantized by `spec`: its checkpoint's tensors and config.json, and the
-// integers each linear weight holds.
-struct Checkpoint {
-  std::string config_json;
-  std::vector<RawTensor> tensors;
-  std::map<std::string, Int4> weights;  // by Hugging Face ".weight" name
-  ModelConfig config;
-  ModelWeights dense;  // the source's fp32 weights
-
-  void write(const std::filesystem::path& dir) const {
-    strata_test::write_file(dir / "config.json", config_json);
-    strata_test::write_safetensors(dir / "model.safetensors", tensors);
-  }
-  RawTensor* find(const std::string& name) {
-    for (RawTensor& t : tensors)
-      if (t.name == name) return &t;
-    return nullptr;
-  }
-};
-
-std::string quantization_json(const Spec& spec) {
-  if (spec.method == "awq") {
-    return R"({"quant_method": "awq", "bits": 4, "group_size": )" + std::to_string(spec.group) +
-           R"(, "version": "gemm", "zero_point": true})";
-  }
-  return R"({"quant_method": "gptq", "bits": 4, "group_size": )" + std::to_string(spec.group) +
-         R"(, "desc_act": )" + (spec.act_order ? "true" : "false") + R"(, "sym": )" + (spec.symmetric ? "true" : "false") +
-         (spec.v1 ? "" : R"(, "checkpoint_format": "gptq_v2")") + "}";
-}
-
-std::string with_quantization(const std::string& config_json, const std::string& quantization) {
-  const size_t end = config_json.rfind('}');
-  return config_json.substr(0, end) + ", \"quantization_config\": " + quantization + "}\n";
-}
-
-Checkpoint make_checkpoint(const std::filesystem::path& source, const Spec& spec) {
-  Checkpoint out;
-  std::ifstream in(source / "config.json");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  out.config_json = with_quantization(text, quantization_json(spec));
-  out.config = load_model_config(source);
-  out.dense = load_model_weights(source, out.config);
-  std::mt19937 rng(1234);
-  for (TensorSlot& slot : tensor_slots(out.config, &out.dense)) {
-    if (slot.name == kLmHeadName || slot.name == kEmbedName) continue;  // tied: the checkpoint's lm_head stays float
-    if (slot.shape.size() == 1) {
-      out.tensors.push_back({slot.name, "F32", slot.shape, strata_test::encode(*slot.target, "F32")});
-      continue;
-    }
-    const int64_t n = slot.shape[0], k = slot.shape[1];
-    std::vector<int32_t> perm;
-    if (spec.act_order) {  // a shuffle of the features, as a Hessian's diagonal would order them
-      perm.resize(k);
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), rng);
-    }
-    Int4 w = quantize(*slot.target, n, k, spec.group, spec.symmetric, perm);
-    const std::string prefix = slot.name.substr(0, slot.name.size() - 7);
-    for (RawTensor& t : spec.method == "awq" ? pack_awq(prefix, w) : pack_gptq(prefix, w, spec.v1)) out.tensors.push_back(t);
-    out.weights.emplace(slot.name, std::move(w));
-  }
-  out.tensors.push_back({kLmHeadName, "F32", {out.config.vocab_size, out.config.hidden_size},
-                         strata_test::encode(out.dense.embed_tokens, "F32")});
-  return out;
-}
 
 bool same_text(const std::string& got, const std::string& want) {
   if (got != want) std::printf("  got \"%s\", want \"%s\"\n", got.c_str(), want.c_str());
@@ -261,7 +66,7 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 // The model of `c` with its linear weights replaced: blocks (quantized) or fp32 values.
 ModelWeights with_linears(const Checkpoint& c, bool blocks, QuantType type) {
-  ModelWeights w = c.dense;
+  ModelWeights w = load_model_weights(std::filesystem::path(models_dir()) / "tinystories-656k", c.config);
   for (TensorSlot& slot : tensor_slots(c.config, &w)) {
     const auto it = c.weights.find(slot.name);
     if (it == c.weights.end()) continue;
@@ -375,11 +180,11 @@ TEST_CASE("int4: AWQ and GPTQ checkpoints of tinystories-656k give the logits of
     QuantType type;
     const char* format;
   } cases[] = {
-      {{"awq", 128, false, true, false}, QuantType::Q4_1, "awq int4, groups of 128 (as Q4_1)"},
-      {{"awq", 32, false, true, false}, QuantType::Q4_1, "awq int4, groups of 32 (as Q4_1)"},
-      {{"gptq", 64, true, true, false}, QuantType::Q4_0, "gptq int4, groups of 64 (as Q4_0)"},
-      {{"gptq", 128, false, true, false}, QuantType::Q4_1, "gptq int4, groups of 128 (as Q4_1)"},
-      {{"gptq", 32, false, false, false}, QuantType::Q4_1, "gptq int4, groups of 32 (as Q4_1)"},
+      {{"awq", 128, false, true, false}, QuantType::Q4_1, "awq int4, groups of 128: Q4_1"},
+      {{"awq", 32, false, true, false}, QuantType::Q4_1, "awq int4, groups of 32: Q4_1"},
+      {{"gptq", 64, true, true, false}, QuantType::Q4_0, "gptq int4, groups of 64: Q4_0"},
+      {{"gptq", 128, false, true, false}, QuantType::Q4_1, "gptq int4, groups of 128: Q4_1"},
+      {{"gptq", 32, false, false, false}, QuantType::Q4_1, "gptq int4, groups of 32: Q4_1"},
   };
   for (const auto& c : cases) {
     TempDir dir("int4");
@@ -504,7 +309,7 @@ TEST_CASE("int4: malformed checkpoints are refused naming the tensor") {
     c.tensors.push_back({q + ".bias", "F16", {128}, std::string(256, '\0')});
     c.write(dir.path());
     CpuBackend backend(dir.path(), CpuBackendOptions{1});
-    CHECK(same_text(backend.weights_format(), "gptq int4, groups of 64 (as Q4_0)"));
+    CHECK(same_text(backend.weights_format(), "gptq int4, groups of 64: Q4_0"));
   }
   CHECK(refused(gptq, [&](Checkpoint& c) {
     c.tensors.push_back({q + ".bias", "F32", {128}, strata_test::encode(std::vector<float>(128, 0.25f), "F32")});
