@@ -11,7 +11,8 @@
 // (posix_fadvise(POSIX_FADV_DONTNEED), no privileges needed) and says how much of them was
 // still cached, so the load reads them from the disk.
 //
-//   bench_cpu_load MODEL [--runs N] [--threads N] [--cold] [--out FILE.json]
+//   bench_cpu_load MODEL [MODEL...] [--runs N] [--threads N] [--cold] [--out FILE.json]
+//   (several models: each run loads every one, the order alternating between runs)
 //   (a GGUF file or a Hugging Face folder; scripts/device/llama3_gguf.py writes a large GGUF)
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -141,68 +142,104 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_cpu_load MODEL [--runs N] [--threads N] [--out FILE.json]\n");
-    return 2;
-  }
+  std::vector<std::string> models;
   int runs = 5, threads = 0;
   bool cold = false;
   std::string out_json;
-  for (int i = 2; i < argc; ++i) {
+  for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--runs" && i + 1 < argc) runs = std::atoi(argv[++i]);
     else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (a == "--cold") cold = true;
     else if (a == "--out" && i + 1 < argc) out_json = argv[++i];
+    else if (!a.starts_with("--")) models.push_back(a);
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
     }
   }
+  if (models.empty()) {
+    std::fprintf(stderr, "usage: bench_cpu_load MODEL [MODEL...] [--runs N] [--threads N] [--cold] [--out FILE.json]\n");
+    return 2;
+  }
   if (runs < 1 || threads < 0) {
     std::fprintf(stderr, "--runs must be >= 1 and --threads >= 0\n");
     return 2;
   }
-  const std::vector<std::filesystem::path> files = checkpoint_files(argv[1]);
-  double file_mib = 0;
-  for (const auto& f : files) file_mib += std::filesystem::file_size(f) / 1048576.0;
-  std::vector<Run> results;
+  struct Model {
+    std::string path;
+    std::vector<std::filesystem::path> files;
+    double file_mib = 0;
+    std::vector<Run> results;
+  };
+  std::vector<Model> all;
+  for (const std::string& m : models) {
+    Model model{m, checkpoint_files(m), 0, {}};
+    for (const auto& f : model.files) model.file_mib += std::filesystem::file_size(f) / 1048576.0;
+    all.push_back(std::move(model));
+  }
+  // Several models: each run loads every one, the order alternating between runs.
   for (int r = 0; r < runs; ++r) {
-    Run run;
-    if (cold) {
-      const double cached = drop_from_cache(files);
-      if (cached < 0) {
-        std::fprintf(stderr, "bench_cpu_load: cannot open the checkpoint's files to drop them from the cache\n");
+    for (size_t k = 0; k < all.size(); ++k) {
+      Model& model = all[r % 2 == 0 ? k : all.size() - 1 - k];
+      const std::string label = all.size() > 1 ? " " + model.path : "";
+      Run run;
+      if (cold) {
+        const double cached = drop_from_cache(model.files);
+        if (cached < 0) {
+          std::fprintf(stderr, "bench_cpu_load: cannot open the checkpoint's files to drop them from the cache\n");
+          return 1;
+        }
+        std::printf("run %d%s: %.1f%% of the checkpoint still cached\n", r + 1, label.c_str(), 100 * cached);
+      }
+      if (!run_child(model.path.c_str(), threads, &run)) {
+        std::fprintf(stderr, "bench_cpu_load: run %d of %s failed\n", r + 1, model.path.c_str());
         return 1;
       }
-      std::printf("run %d: %.1f%% of the checkpoint still cached\n", r + 1, 100 * cached);
+      model.results.push_back(run);
+      std::printf("run %d%s: %.3f s, peak %.0f MiB, held %.0f MiB\n", r + 1, label.c_str(), run.seconds, run.peak_mib,
+                  run.held_mib);
     }
-    if (!run_child(argv[1], threads, &run)) {
-      std::fprintf(stderr, "bench_cpu_load: run %d failed\n", r + 1);
-      return 1;
+  }
+  for (const Model& model : all) {
+    std::vector<double> s, peak, held;
+    for (const Run& r : model.results) {
+      s.push_back(r.seconds);
+      peak.push_back(r.peak_mib);
+      held.push_back(r.held_mib);
     }
-    results.push_back(run);
-    std::printf("run %d: %.3f s, peak %.0f MiB, held %.0f MiB\n", r + 1, run.seconds, run.peak_mib, run.held_mib);
+    std::printf("%s (%.0f MiB), %d threads: median %.3f s (min %.3f, max %.3f), peak %.0f MiB, held %.0f MiB over %d runs\n",
+                model.path.c_str(), model.file_mib, model.results.front().threads, median(s),
+                *std::min_element(s.begin(), s.end()), *std::max_element(s.begin(), s.end()), median(peak), median(held), runs);
   }
-  std::vector<double> s, peak, held;
-  for (const Run& r : results) {
-    s.push_back(r.seconds);
-    peak.push_back(r.peak_mib);
-    held.push_back(r.held_mib);
-  }
-  std::printf("%s (%.0f MiB), %d threads: median %.3f s (min %.3f, max %.3f), peak %.0f MiB, held %.0f MiB over %d runs\n",
-              argv[1], file_mib, results.front().threads, median(s), *std::min_element(s.begin(), s.end()), *std::max_element(s.begin(), s.end()),
-              median(peak), median(held), runs);
   if (!out_json.empty()) {
     std::ofstream out(out_json);
-    const std::string name = std::filesystem::path(argv[1]).filename().string();  // no folder: no machine's paths
-    out << "{\"benchmark\":\"cpu-load\",\"model\":\"" << name << "\",\"file_mib\":" << file_mib
-        << ",\"threads\":" << results.front().threads << ",\"cold\":" << (cold ? "true" : "false") << ",\"runs\":[";
-    for (size_t i = 0; i < results.size(); ++i) {
-      out << (i ? "," : "") << "{\"seconds\":" << results[i].seconds << ",\"peak_mib\":" << results[i].peak_mib
-          << ",\"held_mib\":" << results[i].held_mib << "}";
+    // One model: its fields at the top level; several: a list of them. Names only, no folders
+    // (no machine's paths).
+    const auto write_model = [&](const Model& model) {
+      out << "\"model\":\"" << std::filesystem::path(model.path).filename().string() << "\",\"file_mib\":" << model.file_mib
+          << ",\"runs\":[";
+      for (size_t i = 0; i < model.results.size(); ++i) {
+        const Run& r = model.results[i];
+        out << (i ? "," : "") << "{\"seconds\":" << r.seconds << ",\"peak_mib\":" << r.peak_mib << ",\"held_mib\":" << r.held_mib
+            << "}";
+      }
+      out << "]";
+    };
+    out << "{\"benchmark\":\"cpu-load\",\"threads\":" << all.front().results.front().threads
+        << ",\"cold\":" << (cold ? "true" : "false") << ",";
+    if (all.size() == 1) {
+      write_model(all.front());
+    } else {
+      out << "\"models\":[";
+      for (size_t i = 0; i < all.size(); ++i) {
+        out << (i ? "," : "") << "{";
+        write_model(all[i]);
+        out << "}";
+      }
+      out << "]";
     }
-    out << "]}\n";
+    out << "}\n";
     if (!out) {
       std::fprintf(stderr, "bench_cpu_load: cannot write %s\n", out_json.c_str());
       return 1;

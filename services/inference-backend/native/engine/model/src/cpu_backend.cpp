@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #if defined(__GLIBC__)
@@ -101,6 +102,29 @@ struct WeightSources {
   // The order of the input features the columns of `blocks` follow, by name, where it is not
   // their own (Int4Checkpoint::input_order).
   std::unordered_map<std::string, std::vector<int32_t>> input_orders;
+  // Matrices converted into blocks only when they are packed (an AWQ/GPTQ checkpoint's), so a
+  // load holds one weight's blocks at a time beside the panels; `converted` holds them until done.
+  struct Pending {
+    QuantType type;
+    int64_t rows, cols;
+    std::function<QuantMatrix()> convert;
+  };
+  std::unordered_map<std::string, Pending> pending;
+  std::unordered_map<std::string, QuantMatrix> converted;
+
+  // A pending matrix's blocks made now, into `blocks`.
+  void materialize(const std::string& name) {
+    const auto it = pending.find(name);
+    if (it == pending.end()) return;
+    QuantMatrix& m = converted[name] = it->second.convert();
+    pending.erase(it);
+    GgufBlocks b;
+    b.type = m.type;
+    b.rows = m.rows;
+    b.cols = m.cols;
+    b.data = m.data.data();
+    blocks.emplace(name, std::move(b));
+  }
 
   void done(BlocksMap::iterator it) {
     if (gguf != nullptr && it->second.tensor != nullptr) {
@@ -108,6 +132,7 @@ struct WeightSources {
       gguf->release(*it->second.tensor);
     }
     if (owned_blocks != nullptr) owned_blocks->erase(it->first);
+    converted.erase(it->first);
     blocks.erase(it);
   }
   void done(DenseMap::iterator it) {
@@ -164,6 +189,7 @@ std::vector<float> dequantize(const GgufBlocks& b) {
 // block type stay quantized; floating-point parts are widened to fp32 as they are packed; a mix
 // of types (some GGUF files quantize q, k and v differently) is widened to fp32.
 Linear fuse(WeightSources& s, std::initializer_list<std::string> names, int64_t k, ThreadPool& pool) {
+  for (const std::string& name : names) s.materialize(name);
   size_t quantized = 0;
   bool same_type = true, same_order = true;
   const GgufBlocks* first = nullptr;
@@ -239,6 +265,7 @@ void check_weights(const ModelConfig& config, ModelWeights& weights, const Weigh
     for (int64_t dim : slot.shape) count *= static_cast<size_t>(dim);
     size_t have = slot.target->size();
     if (auto q = s.blocks.find(slot.name); q != s.blocks.end()) have = static_cast<size_t>(q->second.rows * q->second.cols);
+    if (auto q = s.pending.find(slot.name); q != s.pending.end()) have = static_cast<size_t>(q->second.rows * q->second.cols);
     if (auto d = s.dense.find(slot.name); d != s.dense.end()) have = static_cast<size_t>(d->second.rows * d->second.cols);
     if (have != count) {
       throw ModelError(model_error_code::kWeights, "weight \"" + slot.name + "\" has " + std::to_string(have) +
@@ -252,10 +279,12 @@ void check_weights(const ModelConfig& config, ModelWeights& weights, const Weigh
 // its panels' element types.
 std::string describe_weights(const WeightSources& s) {
   std::vector<std::string> types;
-  for (const auto& [name, matrix] : s.blocks) {
-    const std::string type = quant_type_name(matrix.type);
+  const auto add = [&](QuantType t) {
+    const std::string type = quant_type_name(t);
     if (std::find(types.begin(), types.end(), type) == types.end()) types.push_back(type);
-  }
+  };
+  for (const auto& [name, matrix] : s.blocks) add(matrix.type);
+  for (const auto& [name, matrix] : s.pending) add(matrix.type);
   if (types.empty()) return "float32";
   std::sort(types.begin(), types.end());
   std::string out;
@@ -327,7 +356,7 @@ struct CpuBackend::Impl {
     s.bf16_pairs = kernels.bf16_pairs;
     check_weights(config, weights, s);
     weights_format = describe_weights(s);
-    kv_f16 = options.kv_dtype == CpuKvDtype::kFloat16 || (options.kv_dtype == CpuKvDtype::kAuto && !s.blocks.empty());
+    kv_f16 = options.kv_dtype == CpuKvDtype::kFloat16 || (options.kv_dtype == CpuKvDtype::kAuto && (!s.blocks.empty() || !s.pending.empty()));
     kv_cache_dtype = kv_f16 ? "float16" : "float32";
     q_dim = int64_t{config.num_heads} * config.head_dim;
     kv_dim = int64_t{config.num_kv_heads} * config.head_dim;
@@ -339,6 +368,7 @@ struct CpuBackend::Impl {
     std::unique_ptr<ThreadPool> wider;
     if (pool.size() < ThreadPool::available_cpus()) wider = std::make_unique<ThreadPool>(0);
     ThreadPool& loader = wider ? *wider : pool;
+    s.materialize(kEmbedName);
     if (auto it = s.blocks.find(kEmbedName); it != s.blocks.end()) {
       if (config.tie_word_embeddings) {
         embed_panels = std::make_shared<const QuantPanels>(pack_panels(it->second.type, it->second.cols, {rows_ref(it->second)}, &loader));
@@ -385,9 +415,9 @@ struct CpuBackend::Impl {
       layer.down = fuse(s, {p + "mlp.down_proj.weight"}, config.intermediate_size, loader);
       layers.push_back(std::move(layer));
     }
-    if (!s.blocks.empty()) {
-      throw ModelError(model_error_code::kWeights,
-                       "quantized tensor \"" + s.blocks.begin()->first + "\" is not a matrix this backend multiplies");
+    if (!s.blocks.empty() || !s.pending.empty()) {
+      const std::string name = s.blocks.empty() ? s.pending.begin()->first : s.blocks.begin()->first;
+      throw ModelError(model_error_code::kWeights, "quantized tensor \"" + name + "\" is not a matrix this backend multiplies");
     }
     std::vector<const Linear*> linears = {&lm_head};
     for (const CpuLayer& layer : layers) linears.insert(linears.end(), {&layer.qkv, &layer.o_proj, &layer.gate_up, &layer.down});
@@ -681,21 +711,25 @@ CpuBackend::CpuBackend(const std::filesystem::path& model_path, CpuBackendOption
   ModelConfig config = load_model_config(source.path);
   const SafetensorsArchive archive = SafetensorsArchive::open_model_dir(source.path);
   if (!config.quantization.method.empty()) {
-    // AWQ / GPTQ: each quantized weight read into blocks (packed into panels and freed one by
-    // one, so the load holds about one copy), act-order weights with their input order; an
-    // act-order embedding (its rows gathered as they are) dequantized instead.
+    // AWQ / GPTQ: each quantized weight read into blocks when it is packed into panels, and its
+    // blocks freed then (the load holds one weight's blocks beside the panels), act-order
+    // weights with their input order; an act-order embedding (its rows gathered as they are)
+    // dequantized instead.
     Int4Checkpoint checkpoint(archive, config, options.progress);
     MappedModelWeights& mapped = checkpoint.mapped();
     WeightSources s;
     s.dense = std::move(mapped.matrices);
     s.progress = options.progress;
+    const std::vector<TensorSlot> slots = tensor_slots(config, nullptr);
     for (const std::string& name : checkpoint.quantized_names()) {
       const std::vector<int32_t>& order = checkpoint.input_order(name);
       if (name == kEmbedName && !order.empty()) {
         mapped.dense.embed_tokens = checkpoint.dequantize(name);
         continue;
       }
-      mapped.dense.quantized.emplace(name, checkpoint.blocks(name));
+      const auto slot = std::find_if(slots.begin(), slots.end(), [&](const TensorSlot& t) { return t.name == name; });
+      s.pending.emplace(name, WeightSources::Pending{checkpoint.block_type(), slot->shape[0], slot->shape[1],
+                                                    [&checkpoint, name] { return checkpoint.blocks(name); }});
       if (!order.empty()) s.input_orders.emplace(name, order);
     }
     impl_ = std::make_unique<Impl>(std::move(config), std::move(mapped.dense), options, &s);

@@ -62,14 +62,18 @@ int32_t zero_point(const Int4Checkpoint::Weight& w, bool awq, bool minus_one, in
   return static_cast<int32_t>((word >> (4 * nibble)) & 15u) + (minus_one ? 1 : 0);
 }
 
-// The 4-bit values of output rows [j0, j0 + rows) into out (rows, k), features in their own order.
+// The 4-bit values of output rows [j0, j0 + rows) into out (k, rows): feature f of row j at
+// out[f * rows + j - j0], so each word's nibbles land side by side (AWQ) or on `rows`-strided
+// lines that the next words continue (GPTQ), and a block's 32 features of one row are 32 bytes
+// `rows` apart within a few KB.
 void unpack_rows(const Int4Checkpoint::Weight& w, bool awq, int64_t j0, int64_t rows, uint8_t* out) {
   const int64_t n = w.n, k = w.k;
   if (awq) {  // qweight (k, n/8): a word holds 8 output rows of one feature
     for (int64_t f = 0; f < k; ++f) {
-      for (int64_t c = j0 / 8; c < (j0 + rows) / 8; ++c) {
-        const uint32_t word = static_cast<uint32_t>(load_i32(*w.qweight, f * (n / 8) + c));
-        for (int o = 0; o < 8; ++o) out[(c * 8 + o - j0) * k + f] = static_cast<uint8_t>((word >> (4 * kAwqNibble[o])) & 15u);
+      uint8_t* to = out + f * rows;
+      for (int64_t c = 0; c < rows / 8; ++c) {
+        const uint32_t word = static_cast<uint32_t>(load_i32(*w.qweight, f * (n / 8) + j0 / 8 + c));
+        for (int o = 0; o < 8; ++o) to[c * 8 + o] = static_cast<uint8_t>((word >> (4 * kAwqNibble[o])) & 15u);
       }
     }
     return;
@@ -77,14 +81,14 @@ void unpack_rows(const Int4Checkpoint::Weight& w, bool awq, int64_t j0, int64_t 
   for (int64_t r = 0; r < k / 8; ++r) {  // GPTQ qweight (k/8, n): a word holds 8 features of one row
     for (int64_t j = j0; j < j0 + rows; ++j) {
       const uint32_t word = static_cast<uint32_t>(load_i32(*w.qweight, r * n + j));
-      uint8_t* to = out + (j - j0) * k + 8 * r;
-      for (int i = 0; i < 8; ++i) to[i] = static_cast<uint8_t>((word >> (4 * i)) & 15u);
+      for (int i = 0; i < 8; ++i) out[(8 * r + i) * rows + (j - j0)] = static_cast<uint8_t>((word >> (4 * i)) & 15u);
     }
   }
 }
 
-// Output rows a conversion task takes (a multiple of 8: AWQ's words span 8 rows).
-constexpr int64_t kRowsPerTask = 32;
+// Output rows a conversion task takes (a multiple of 8: AWQ's words span 8 rows; 128 rows are a
+// 64-byte line of an AWQ qweight row, so each line read is used whole).
+constexpr int64_t kRowsPerTask = 128;
 
 }  // namespace
 
@@ -253,28 +257,29 @@ QuantMatrix Int4Checkpoint::blocks(const std::string& name) const {
     for (int64_t task = first; task < last; ++task) {
       const int64_t j0 = task * kRowsPerTask, rows = std::min(kRowsPerTask, w.n - j0);
       unpack_rows(w, awq, j0, rows, values.data());
-      for (int64_t j = j0; j < j0 + rows; ++j) {
-        const uint8_t* q = values.data() + (j - j0) * w.k;
-        uint8_t* row = out.data.data() + j * out.row_bytes();
-        for (int64_t b = 0; b < w.k / kQuantBlock; ++b) {
-          const int64_t g = b * kQuantBlock / w.group;  // columns of a block share a group: group % 32 == 0
+      for (int64_t b = 0; b < w.k / kQuantBlock; ++b) {
+        const int64_t g = b * kQuantBlock / w.group;  // columns of a block share a group: group % 32 == 0
+        // The block's 32 features (in input_order when act-order), each a `rows`-long line of values.
+        const uint8_t* lines[kQuantBlock];
+        for (int v = 0; v < kQuantBlock; ++v) {
+          const int64_t c = b * kQuantBlock + v;
+          lines[v] = values.data() + (w.order.empty() ? c : w.order[static_cast<size_t>(c)]) * rows;
+        }
+        for (int64_t j = j0; j < j0 + rows; ++j) {
+          const int64_t jj = j - j0;
           const uint16_t d = load_u16(*w.scales, g * w.n + j);
           uint8_t qs[kQuantBlock / 2];
-          for (int v = 0; v < kQuantBlock / 2; ++v) {
-            const int64_t lo = b * kQuantBlock + v, hi = lo + kQuantBlock / 2;
-            const int64_t f_lo = w.order.empty() ? lo : w.order[static_cast<size_t>(lo)];
-            const int64_t f_hi = w.order.empty() ? hi : w.order[static_cast<size_t>(hi)];
-            qs[v] = static_cast<uint8_t>(q[f_lo] | (q[f_hi] << 4));
-          }
+          for (int v = 0; v < kQuantBlock / 2; ++v) qs[v] = static_cast<uint8_t>(lines[v][jj] | (lines[v + 16][jj] << 4));
+          uint8_t* at = out.data.data() + j * out.row_bytes() + b * quant_block_bytes(type_);
           if (type_ == QuantType::Q4_0) {
             BlockQ4_0 block{d, {}};
             std::memcpy(block.qs, qs, sizeof qs);
-            std::memcpy(row + b * sizeof block, &block, sizeof block);
+            std::memcpy(at, &block, sizeof block);
           } else {
             const int32_t z = zero_point(w, awq, q_.zeros_minus_one, g, j);
             BlockQ4_1 block{d, f32_to_f16(-static_cast<float>(z) * f16_to_f32(d)), {}};
             std::memcpy(block.qs, qs, sizeof qs);
-            std::memcpy(row + b * sizeof block, &block, sizeof block);
+            std::memcpy(at, &block, sizeof block);
           }
         }
       }
@@ -299,7 +304,7 @@ std::vector<float> Int4Checkpoint::dequantize(const std::string& name) const {
           const int64_t g = w.g_idx != nullptr ? load_i32(*w.g_idx, f) : f / w.group;
           const float s = f16_to_f32(load_u16(*w.scales, g * w.n + j));
           const int32_t z = zero_point(w, awq, q_.zeros_minus_one, g, j);
-          out[static_cast<size_t>(j * w.k + f)] = static_cast<float>(values[static_cast<size_t>((j - j0) * w.k + f)] - z) * s;
+          out[static_cast<size_t>(j * w.k + f)] = static_cast<float>(values[static_cast<size_t>(f * rows + (j - j0))] - z) * s;
         }
       }
     }

@@ -166,6 +166,9 @@ struct Spec {
   bool symmetric = false;
   bool v1 = true;        // GPTQ zero points stored minus one
   bool act_order = false;
+  // Act-order: q/k/v share one order of their input features, gate/up another, as GPTQ's do
+  // (each from the same activations' Hessian); false gives every weight its own.
+  bool shared_order = true;
 };
 
 // tinystories-656k quantized by `spec`: its checkpoint's tensors and config.json, and the
@@ -221,6 +224,7 @@ inline Checkpoint make_checkpoint(const std::filesystem::path& source, const Spe
       linears.emplace(slot.name, slot.shape);
   }
   std::mt19937 rng(1234);
+  std::map<std::string, std::vector<int32_t>> orders;  // act-order, by the input they order
   for (const strata::TensorInfo& info : archive.tensors()) {
     const auto linear = linears.find(info.name);
     if (linear == linears.end()) {
@@ -239,9 +243,18 @@ inline Checkpoint make_checkpoint(const std::filesystem::path& source, const Spe
     m.rows_to_f32(0, n, values.data());
     std::vector<int32_t> perm;
     if (spec.act_order) {  // a shuffle of the features, as a Hessian's diagonal would order them
-      perm.resize(k);
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), rng);
+      std::string input = info.name;  // the weights that share this one's input share its order
+      for (const char* part : {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}) {
+        if (const size_t at = input.find(part); spec.shared_order && at != std::string::npos)
+          input.replace(at, std::strlen(part), part[0] == 'g' || part[0] == 'u' ? "gate_up" : "qkv");
+      }
+      std::vector<int32_t>& order = orders[input];
+      if (order.empty()) {
+        order.resize(static_cast<size_t>(k));
+        std::iota(order.begin(), order.end(), 0);
+        std::shuffle(order.begin(), order.end(), rng);
+      }
+      perm = order;
     }
     Int4 w = quantize(values, n, k, spec.group, spec.symmetric, perm);
     const std::string prefix = info.name.substr(0, info.name.size() - 7);

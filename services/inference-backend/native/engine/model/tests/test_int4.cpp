@@ -210,8 +210,10 @@ TEST_CASE("int4: AWQ and GPTQ checkpoints of tinystories-656k give the logits of
 TEST_CASE("int4: GPTQ act-order checkpoints dequantize exactly and run as close to fp32 as without act-order") {
   if (models_dir() == nullptr) return strata_test::skip("tinystories-656k not found (STRATA_MODELS_DIR unset)");
   const std::filesystem::path source = std::filesystem::path(models_dir()) / "tinystories-656k";
-  for (const bool symmetric : {true, false}) {
-    Spec spec{"gptq", 32, symmetric, true, true};
+  // q/k/v (and gate/up) sharing their input's order, as GPTQ's do: every GEMM gathers its input.
+  // Each weight with an order of its own: the fused q/k/v and gate/up are dequantized to fp32.
+  for (const auto& [symmetric, shared] : {std::pair{true, true}, std::pair{false, true}, std::pair{false, false}}) {
+    Spec spec{"gptq", 32, symmetric, true, true, shared};
     const QuantType type = symmetric ? QuantType::Q4_0 : QuantType::Q4_1;
     TempDir dir("int4-act");
     const Checkpoint checkpoint = make_checkpoint(source, spec);
@@ -244,8 +246,9 @@ TEST_CASE("int4: GPTQ act-order checkpoints dequantize exactly and run as close 
     CpuBackend plain_blocks(plain.config, with_linears(plain, true, type), CpuBackendOptions{1});
     CpuBackend plain_dense(plain.config, with_linears(plain, false, type), CpuBackendOptions{1});
     const double plain_error = max_diff(prompt_logits(plain_blocks, kPrompts), prompt_logits(plain_dense, kPrompts));
-    std::printf("  %s: max |logit - fp32 dequantized| act-order %.3g, plain %.3g (\"%s\")\n", symmetric ? "sym" : "asym",
-                act_order_error, plain_error, loaded.weights_format().c_str());
+    std::printf("  %s, %s orders: max |logit - fp32 dequantized| act-order %.3g, plain %.3g (\"%s\")\n",
+                symmetric ? "sym" : "asym", shared ? "shared" : "own", act_order_error, plain_error,
+                loaded.weights_format().c_str());
     CHECK(act_order_error < 3.0 * plain_error + 0.02);
   }
 }

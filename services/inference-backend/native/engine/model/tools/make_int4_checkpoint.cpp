@@ -60,8 +60,8 @@ int main(int argc, char** argv) {
       std::filesystem::copy_file(e.path(), out / name, std::filesystem::copy_options::overwrite_existing);
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    std::fprintf(stderr, "wrote %s (%s int4, groups of %lld) in %.1f s\n", out.c_str(), spec.method.c_str(),
-                 static_cast<long long>(spec.group), s);
+    std::fprintf(stderr, "wrote %s (quantization_config %s) in %.1f s\n", out.c_str(),
+                 strata_test::quantization_json(spec).c_str(), s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_int4_checkpoint: %s\n", e.what());
     return 1;
