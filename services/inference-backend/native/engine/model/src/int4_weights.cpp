@@ -172,13 +172,13 @@ Int4Checkpoint::Int4Checkpoint(const SafetensorsArchive& archive, const ModelCon
       for (int64_t j = 0; j < w->n; ++j) {
         const int32_t z = zero_point(*w, awq, q_.zeros_minus_one, g, j);
         const float s = f16_to_f32(load_u16(*w->scales, g * w->n + j));
-        const std::string where = " (row " + std::to_string(j) + ", group " + std::to_string(g) + ")";
+        const auto where = [&] { return " (row " + std::to_string(j) + ", group " + std::to_string(g) + ")"; };
         if (type_ == QuantType::Q4_0 && z != 8) {
-          fail(describe(*w->qzeros) + ": zero point " + std::to_string(z) + where +
+          fail(describe(*w->qzeros) + ": zero point " + std::to_string(z) + where() +
                ", but quantization_config says sym: true (every zero point 8)");
         }
         if (!std::isfinite(s) || !std::isfinite(f16_to_f32(f32_to_f16(-static_cast<float>(z) * s)))) {
-          fail(describe(*w->scales) + ": scale " + std::to_string(s) + where + " with zero point " + std::to_string(z) +
+          fail(describe(*w->scales) + ": scale " + std::to_string(s) + where() + " with zero point " + std::to_string(z) +
                " is not a finite fp16 weight offset");
         }
       }
