@@ -1,7 +1,7 @@
 // GET /v1/models names the model and how it is stored (format, quantization, the files' own name),
 // and the served name of a GGUF file is its file name without .gguf. The route runs on a stub
 // host holding real ModelFiles, so GGUF cards are checked without the engine loading the file.
-import { writeFile } from 'node:fs/promises';
+import { rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { loadConfig } from '@strata/common';
 import Fastify, { type FastifyInstance } from 'fastify';
@@ -14,7 +14,7 @@ import { loadModelFiles, type ModelFiles } from '../src/model/model-files.js';
 import { modelsRoutes } from '../src/routes/openai-models.js';
 import { ggufBytes, int32s, strings } from './support/gguf-writer.js';
 import { optionalModel, smollm2Gguf } from './support/models.js';
-import { copyTinystories, mergeJson, TempDirs } from './support/temp-model.js';
+import { copyTinystories, editJson, mergeJson, TempDirs } from './support/temp-model.js';
 
 const dirs = new TempDirs();
 const apps: FastifyInstance[] = [];
@@ -118,6 +118,27 @@ describe('GET /v1/models', () => {
         data: Record<string, unknown>[];
       };
       expect(cards.data[0]).toMatchObject({ format: 'huggingface', quantization: name });
+    }
+    // Older checkpoints keep it beside config.json: AutoGPTQ's quantize_config.json, AutoAWQ's quant_config.json.
+    await editJson(dir, 'config.json', ({ quantization_config: _, ...rest }) => rest);
+    for (const [file, json, name] of [
+      [
+        'quantize_config.json',
+        { bits: 4, group_size: 128, desc_act: false, sym: true },
+        'gptq int4, groups of 128',
+      ],
+      [
+        'quant_config.json',
+        { zero_point: true, q_group_size: 64, w_bit: 4, version: 'GEMM' },
+        'awq int4, groups of 64',
+      ],
+    ] as const) {
+      await writeFile(path.join(dir, file), JSON.stringify(json));
+      const cards = (await modelCards(await loadModelFiles(dir), 'tinystories-656k')) as {
+        data: Record<string, unknown>[];
+      };
+      expect(cards.data[0]).toMatchObject({ quantization: name });
+      await rm(path.join(dir, file));
     }
   });
 

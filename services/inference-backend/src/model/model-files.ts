@@ -72,6 +72,12 @@ export interface ModelFiles {
 const tokenId = z.number().int().nonnegative();
 const tokenIdOrList = z.union([tokenId, z.array(tokenId)]);
 
+const quantizationSchema = z.looseObject({
+  quant_method: z.string().optional(),
+  group_size: z.number().int().optional(),
+  q_group_size: z.number().int().optional(), // AutoAWQ's quant_config.json
+});
+
 const configSchema = z.looseObject({
   architectures: z.array(z.string()).optional(),
   model_type: z.string().optional(),
@@ -82,17 +88,26 @@ const configSchema = z.looseObject({
   bos_token_id: tokenId.nullish(),
   eos_token_id: tokenIdOrList.nullish(),
   // Checked in full by the engine (model_config.cpp), which refuses what it cannot run.
-  quantization_config: z
-    .looseObject({ quant_method: z.string().optional(), group_size: z.number().int().optional() })
-    .nullish(),
+  quantization_config: quantizationSchema.nullish(),
 });
 
-/** 'awq int4, groups of 128' for a quantized checkpoint, as the engine names it; else the dtype. */
-function hfQuantization(config: z.infer<typeof configSchema>): string | null {
-  const q = config.quantization_config;
-  if (q?.quant_method) {
-    const groups = q.group_size === -1 ? 'a group per row' : `groups of ${q.group_size}`;
-    return `${q.quant_method} int4, ${groups}`;
+/**
+ * 'awq int4, groups of 128' for a 4-bit checkpoint, as the engine names it (from config.json's
+ * quantization_config, or an older checkpoint's AutoGPTQ quantize_config.json or AutoAWQ
+ * quant_config.json); else the dtype.
+ */
+async function hfQuantization(dir: string, config: z.infer<typeof configSchema>): Promise<string | null> {
+  const named = (q: z.infer<typeof quantizationSchema>, method: string) => {
+    const group = q.group_size ?? q.q_group_size;
+    return `${q.quant_method ?? method} int4, ${group === -1 ? 'a group per row' : `groups of ${group}`}`;
+  };
+  if (config.quantization_config) return named(config.quantization_config, '?');
+  for (const [file, method] of [
+    ['quantize_config.json', 'gptq'],
+    ['quant_config.json', 'awq'],
+  ] as const) {
+    const q = await readJson(dir, file, quantizationSchema, false);
+    if (q) return named(q, method);
   }
   return config.torch_dtype ?? config.dtype ?? null;
 }
@@ -247,7 +262,7 @@ async function huggingFaceModelFiles(root: string): Promise<ModelFiles> {
     chatTemplateOrigin: template?.origin ?? null,
     maxModelLen: maxModelLen(config.max_position_embeddings, tokCfg.model_max_length),
     displayName: null,
-    quantization: hfQuantization(config),
+    quantization: await hfQuantization(root, config),
     tensorTypes: null,
   };
 }

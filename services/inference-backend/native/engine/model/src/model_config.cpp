@@ -176,14 +176,16 @@ void read_rope_scaling(const FieldReader& fields, ModelConfig& config, const std
 // config.json's "quantization_config": 4-bit AWQ ("version": "gemm", with zero points) and
 // GPTQ (v1 or v2 zero points, any group size that is a multiple of 32, act-order or not). Other
 // methods, bit widths and layouts are refused here, naming the field, before any weight is read.
-void read_quantization(const FieldReader& fields, ModelConfig& config) {
-  const std::string key = "quantization_config";
-  const JsonValue* q = fields.get(key);
-  if (q == nullptr) return;
-  if (!q->is_object()) fields.fail_value(key, *q, "an object or null");
-  FieldReader inner(*q, fields.source());
-  const auto field = [&](std::string_view name) { return key + "." + std::string(name); };
+// `q` is the quantization object (config.json's "quantization_config", or the whole of an
+// AutoGPTQ quantize_config.json / AutoAWQ quant_config.json, whose method `default_method`
+// names when they do not); `key` prefixes its fields in messages.
+void read_quantization_object(const FieldReader& fields, const JsonValue& q, const std::string& key,
+                              const char* default_method, ModelConfig& config) {
+  FieldReader inner(q, fields.source());
+  const auto field = [&](std::string_view name) { return key.empty() ? std::string(name) : key + "." + std::string(name); };
+  const std::string default_name = default_method != nullptr ? default_method : "";
   const std::string* method = inner.string("quant_method");
+  if (method == nullptr && default_method != nullptr) method = &default_name;
   if (method == nullptr) fields.fail(field("quant_method"), "is missing");
   if (*method != "awq" && *method != "gptq") {
     fields.fail(field("quant_method"), "is \"" + *method + "\"; supported: awq (4-bit, GEMM layout) and gptq (4-bit)");
@@ -218,6 +220,14 @@ void read_quantization(const FieldReader& fields, ModelConfig& config) {
     fields.fail(field("checkpoint_format"), "is \"" + *format + "\"; supported: gptq, gptq_v2");
   }
   out.zeros_minus_one = format == nullptr || *format == "gptq";
+}
+
+void read_quantization(const FieldReader& fields, ModelConfig& config) {
+  const std::string key = "quantization_config";
+  const JsonValue* q = fields.get(key);
+  if (q == nullptr) return;
+  if (!q->is_object()) fields.fail_value(key, *q, "an object or null");
+  read_quantization_object(fields, *q, key, nullptr, config);
 }
 
 void fail_invalid(const std::string& source, const std::string& field, const std::string& problem) {
@@ -294,6 +304,18 @@ ModelConfig load_model_config(const std::filesystem::path& model_dir) {
   std::error_code ec;
   if (std::filesystem::exists(generation_path, ec)) {
     merge_generation_config(config, read_text_file(generation_path, model_error_code::kConfig), generation_path.string());
+  }
+  // Checkpoints written before transformers carried quantization_config keep it in a file of
+  // its own: AutoGPTQ's quantize_config.json, AutoAWQ's quant_config.json (as vLLM reads them).
+  if (config.quantization.method.empty()) {
+    for (const auto& [name, method] : {std::pair{"quantize_config.json", "gptq"}, std::pair{"quant_config.json", "awq"}}) {
+      const std::filesystem::path path = model_dir / name;
+      if (!std::filesystem::exists(path, ec)) continue;
+      const std::string source = path.string();
+      const JsonValue root = parse_config_json(read_text_file(path, model_error_code::kConfig), source);
+      read_quantization_object(FieldReader(root, source), root, "", method, config);
+      break;
+    }
   }
   return config;
 }

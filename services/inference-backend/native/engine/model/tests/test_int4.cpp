@@ -277,6 +277,27 @@ TEST_CASE("int4: config.json's quantization_config is read, and what is not supp
   CHECK(fails_with([&] { parse(R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "checkpoint_format": "marlin"})"); },
                    code, {"checkpoint_format", "marlin"}));
   CHECK(fails_with([&] { parse(R"("awq")"); }, code, {"quantization_config"}));
+
+  // Older checkpoints: AutoGPTQ's quantize_config.json and AutoAWQ's quant_config.json beside a
+  // config.json without quantization_config, their method implied by the file.
+  TempDir dir("int4-config");
+  strata_test::write_file(dir.path() / "config.json", base + "}");
+  strata_test::write_file(dir.path() / "quantize_config.json",
+                          R"({"bits": 4, "group_size": 128, "desc_act": true, "sym": false, "true_sequential": true})");
+  ModelConfig autogptq = load_model_config(dir.path());
+  CHECK(same_text(autogptq.quantization.method, "gptq"));
+  CHECK(autogptq.quantization.group_size == 128 && !autogptq.quantization.symmetric && autogptq.quantization.zeros_minus_one);
+  std::filesystem::remove(dir.path() / "quantize_config.json");
+  strata_test::write_file(dir.path() / "quant_config.json", R"({"zero_point": true, "q_group_size": 64, "w_bit": 4, "version": "GEMM"})");
+  ModelConfig autoawq = load_model_config(dir.path());
+  CHECK(same_text(autoawq.quantization.method, "awq"));
+  CHECK_EQ(autoawq.quantization.group_size, 64);
+  strata_test::write_file(dir.path() / "quant_config.json", R"({"zero_point": true, "q_group_size": 64, "w_bit": 3})");
+  CHECK(fails_with([&] { load_model_config(dir.path()); }, code, {"quant_config.json", "field \"bits\"", "4"}));
+  // config.json's quantization_config wins over the files.
+  strata_test::write_file(dir.path() / "config.json",
+                          base + R"(, "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 32}})");
+  CHECK_EQ(load_model_config(dir.path()).quantization.group_size, 32);
 }
 
 TEST_CASE("int4: malformed checkpoints are refused naming the tensor") {
