@@ -219,18 +219,20 @@ describe.skipIf(!smol.path)(`prompt size on SmolLM2-135M-Instruct${smol.skipped}
     'keeps /health/live and /load answering while %s tokenizes the largest prompt that may fit',
     async (path, body) => {
       const before = encodes(backend);
-      const alone = await send(backend, path, body(backend));
+      const alone = [];
+      for (let i = 0; i < 3; ++i) alone.push(await send(backend, path, body(backend)));
       const probed = await send(backend, path, body(backend), ['/health/live', '/load']);
-      expect(encodes(backend)).toBe(before + 2);
-      for (const sent of [alone, probed]) {
+      expect(encodes(backend)).toBe(before + 4);
+      for (const sent of [...alone, probed]) {
         expect(sent.body.error?.code).toBe('STRATA_PROMPT_TOO_LONG');
         expect(sent.body.error?.message).toMatch(/^prompt has 66\d{4} tokens but max_model_len is 8192/);
       }
       // The event loop's own work for it: the body and the ids, nothing per token (about 22 ms
-      // here, once 54 ms in a fresh-clone CI run on this 2-core VM: its garbage collection counts
-      // too). Encoding on this thread cost 84 to 105 ms (the ids copied into JS, the Encoding
-      // freed): the bound sits between the two.
-      expect(alone.mainCpuMs).toBeLessThan(70);
+      // here; single fresh-clone CI runs on this 2-core VM measured 54 and 89 ms, garbage
+      // collection and the machine's other work counting too, so the least of three requests is
+      // judged). Encoding on this thread cost 84 to 105 ms more (the ids copied into JS, the
+      // Encoding freed): the bound sits between the two.
+      expect(Math.min(...alone.map((a) => a.mainCpuMs))).toBeLessThan(70);
       // Probes answered all along: many times, never after a long wait (generous for a busy machine).
       for (const probe of ['/health/live', '/load']) {
         expect(probed.probes[probe]?.answers).toBeGreaterThan(probed.ms / 100);
